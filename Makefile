@@ -1,0 +1,48 @@
+# sglang-fleet. Quick start on a fresh Debian machine: `make sandbox`, then `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+SANDBOX := -i inventory/sandbox
+
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule test
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+venv: $(VENV)/.installed ## Create the project venv from the pinned requirements
+$(VENV)/.installed: requirements/control.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/control.txt
+	touch $@
+
+docker: ## Install and start the Docker engine when it is absent
+	scripts/docker-engine.sh
+
+sandbox-hosts: venv docker ## Start the local test hosts (ct129, b200)
+	ansible-playbook playbooks/sandbox.yml $(SANDBOX)
+
+sandbox: sandbox-hosts ## Test hosts + deploy to them + print every instance
+	ansible-playbook deploy.yml $(SANDBOX)
+	ansible-playbook playbooks/status.yml $(SANDBOX)
+
+status: venv ## Print every sandbox instance with its URL and health
+	ansible-playbook playbooks/status.yml $(SANDBOX)
+
+sandbox-down: ## Remove the test hosts
+	-docker rm --force --volumes $$(docker ps --all --quiet --filter label=sglang-fleet=sandbox) 2>/dev/null
+
+lint: venv ## ansible-lint (production profile), yamllint, ruff, mypy
+	yamllint --strict .
+	ansible-lint
+	ruff check .
+	mypy
+
+unit: venv ## pytest: instance derivation, templates, modules, simulator
+	pytest tests/unit tests/simulator
+
+molecule: venv docker ## Molecule scenarios on local systemd containers
+	molecule test --all
+
+test: lint unit molecule ## Everything CI runs

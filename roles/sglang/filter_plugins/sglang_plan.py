@@ -1,0 +1,635 @@
+"""The fleet's one data model: a host's SGLang settings and facts become its instances and its problems.
+
+`sglang_plan(settings, facts, support)` returns {"instances": [...], "problems": [...]}. Every other role
+reads the instances; preflight fails the deploy when any host has a problem. Each problem is one line
+naming host, instance, variable, value and fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+GIB = 1024**3
+MIB = 1024**2
+
+# SGLang's own spelling of the flags this project renders from dedicated variables.
+MANAGED_FLAGS: dict[str, str] = {
+    "--model-path": "sglang_model_path",
+    "--served-model-name": "sglang_served_model_name",
+    "--host": "sglang_listen_host",
+    "--port": "sglang_port_base",
+    "--nccl-port": "sglang_nccl_port_base",
+    "--tp-size": "sglang_tensor_parallel_size",
+    "--dp-size": "sglang_data_parallel_size",
+    "--pp-size": "sglang_pipeline_parallel_size",
+    "--base-gpu-id": "sglang_gpu_ids",
+}
+EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
+# MTP checkpoints carry their draft layer as `mtp.*` tensors and count it in one of these config keys.
+MTP_LAYER_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
+
+
+@dataclass
+class Flag:
+    """One option of SGLang's argument parser, as recorded in the support table."""
+
+    option: str
+    takes_value: bool
+    choices: list[Any] | None
+    many: bool
+    type: str | None
+
+
+@dataclass
+class Support:
+    """What the pinned SGLang version knows: flags, renamed flags, architectures, algorithms."""
+
+    version: str
+    flags: dict[str, Flag]
+    renamed_flags: dict[str, str]
+    removed_flags: frozenset[str]
+    removed_environment: dict[str, str]
+    architectures: frozenset[str]
+    speculative_algorithms: frozenset[str]
+
+    @classmethod
+    def load(cls, table: Mapping[str, Any]) -> Support:
+        flags: dict[str, Flag] = {}
+        for action in table["flags"]:
+            nargs = action.get("nargs")
+            takes_value = action.get("action", "store") in ("store", "append") and nargs != 0
+            for option in action["option_strings"]:
+                if option.startswith("--"):
+                    flags[option] = Flag(
+                        option=option,
+                        takes_value=takes_value,
+                        choices=action.get("choices"),
+                        many=nargs in ("+", "*") or action.get("action") == "append",
+                        type=action.get("type"),
+                    )
+        replacements = table.get("removed_environment_replacements", {})
+        removed = {name: replacements.get(name, "") for name in table.get("removed_environment", [])}
+        return cls(
+            version=str(table["sglang_version"]),
+            flags=flags,
+            renamed_flags=dict(table.get("renamed_flags", {})),
+            removed_flags=frozenset(table.get("removed_flags", [])),
+            removed_environment=dict(removed),
+            architectures=frozenset(table["architectures"]),
+            speculative_algorithms=frozenset(table["speculative_algorithms"]),
+        )
+
+
+@dataclass
+class Plan:
+    """Collects the problems of one host while its instances are derived and checked."""
+
+    host: str
+    problems: list[str] = field(default_factory=list)
+
+    def problem(self, where: str, variable: str, value: Any, message: str, fix: str) -> None:
+        shown = json.dumps(value, sort_keys=True, default=str)
+        self.problems.append(f"{self.host} {where}: {variable}={shown}: {message}; fix: {fix}")
+
+
+def _flag_name(key: str) -> str:
+    return key if key.startswith("--") else "--" + key.replace("_", "-")
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def render_flag(flag: str, value: Any) -> list[str]:
+    """One setting as argv words: true is a bare flag, false and null leave it out, lists repeat values."""
+    if value is True:
+        return [flag]
+    if value is False or value is None:
+        return []
+    if isinstance(value, list):
+        return [flag, *(_format_value(item) for item in value)]
+    return [flag, _format_value(value)]
+
+
+def _check_flag(plan: Plan, support: Support, where: str, variable: str, flag: str, value: Any) -> bool:
+    """True when `flag` is a flag the pinned SGLang knows and `value` fits it; otherwise records why not."""
+    if flag in support.renamed_flags:
+        plan.problem(
+            where,
+            variable,
+            value,
+            f"{flag} does not exist in SGLang {support.version}",
+            f"use {support.renamed_flags[flag]}",
+        )
+        return False
+    if flag in support.removed_flags:
+        plan.problem(where, variable, value, f"{flag} was removed in SGLang {support.version}", "remove the setting")
+        return False
+    known = support.flags.get(flag)
+    if known is None:
+        close = difflib.get_close_matches(flag, list(support.flags), n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]}?" if close else "see `python -m sglang.launch_server --help`"
+        plan.problem(where, variable, value, f"SGLang {support.version} has no flag {flag}", hint)
+        return False
+    if not known.takes_value and not isinstance(value, bool):
+        plan.problem(where, variable, value, f"{flag} is a switch", "set it to true or false")
+        return False
+    if known.takes_value and isinstance(value, bool):
+        plan.problem(where, variable, value, f"{flag} takes a value, not true/false", "give its value")
+        return False
+    if known.takes_value and isinstance(value, list) and not known.many:
+        plan.problem(where, variable, value, f"{flag} takes one value", "give a single value")
+        return False
+    expected = {"int": (int,), "float": (int, float)}.get(known.type or "")
+    items = value if isinstance(value, list) else [value]
+    if expected and any(isinstance(item, bool) or not isinstance(item, expected) for item in items):
+        plan.problem(where, variable, value, f"{flag} takes a number ({known.type})", "give a number without quotes")
+        return False
+    if known.choices and value is not None and value not in known.choices:
+        choices = ", ".join(str(choice) for choice in known.choices)
+        plan.problem(where, variable, value, f"{flag} accepts {choices}", "pick one of them")
+        return False
+    return True
+
+
+def _positive_int(plan: Plan, variable: str, value: Any, minimum: int = 1) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        plan.problem("host", variable, value, f"must be an integer >= {minimum}", f"set {variable} to a whole number")
+        return None
+    return value
+
+
+def _speculative_flags(
+    plan: Plan, support: Support, where: str, variable: str, speculative: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Checks speculative settings the way SGLang 0.5.23 resolves them; returns the flags, or None."""
+    if not speculative:
+        return {}
+    algorithm = speculative.get("algorithm")
+    if algorithm not in support.speculative_algorithms:
+        options = ", ".join(sorted(support.speculative_algorithms))
+        plan.problem(where, f"{variable}.algorithm", algorithm, f"SGLang {support.version} knows {options}", "pick one")
+        return None
+    flags: dict[str, Any] = {}
+    valid = True
+    for key, value in speculative.items():
+        flag = "--speculative-" + key.replace("_", "-")
+        if not _check_flag(plan, support, where, f"{variable}.{key}", flag, value):
+            valid = False
+        flags[flag] = value
+    if not valid or algorithm not in EAGLE_FAMILY:
+        return flags if valid else None
+    steps = speculative.get("num_steps")
+    topk = speculative.get("eagle_topk")
+    draft = speculative.get("num_draft_tokens")
+    if steps is None and (topk is not None or draft is not None):
+        plan.problem(
+            where,
+            f"{variable}.num_steps",
+            None,
+            f"SGLang {support.version} stops at start when eagle_topk or num_draft_tokens is set without num_steps",
+            "set num_steps, eagle_topk and num_draft_tokens together (or none of them for SGLang's choice)",
+        )
+        return None
+    for key, value in (("num_steps", steps), ("eagle_topk", topk), ("num_draft_tokens", draft)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            plan.problem(where, f"{variable}.{key}", value, "must be an integer >= 1", f"set {key} to a whole number")
+            return None
+    if steps is not None and topk == 1 and draft is not None and draft != steps + 1:
+        plan.problem(
+            where,
+            f"{variable}.num_draft_tokens",
+            draft,
+            f"with eagle_topk 1 SGLang verifies num_steps + 1 = {steps + 1} tokens and ignores this value",
+            f"set num_draft_tokens: {steps + 1}",
+        )
+        return None
+    if steps is not None and topk is None:
+        plan.problem(
+            where, f"{variable}.eagle_topk", None, "num_steps is set without eagle_topk", "set eagle_topk (1 for a chain)"
+        )
+        return None
+    return flags
+
+
+def _checked_args(
+    plan: Plan, support: Support, where: str, variable: str, server_args: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    flags: dict[str, Any] = {}
+    valid = True
+    for key, value in server_args.items():
+        flag = _flag_name(str(key))
+        if flag in MANAGED_FLAGS:
+            plan.problem(where, f"{variable}.{key}", value, f"{flag} is set by sglang-fleet", f"use {MANAGED_FLAGS[flag]}")
+            valid = False
+        elif flag.startswith("--speculative-"):
+            plan.problem(
+                where, f"{variable}.{key}", value, "speculative settings have their own variable", "use sglang_speculative"
+            )
+            valid = False
+        elif _check_flag(plan, support, where, f"{variable}.{key}", flag, value):
+            flags[flag] = value
+        else:
+            valid = False
+    return flags if valid else None
+
+
+def _check_environment(plan: Plan, support: Support, where: str, variable: str, environment: Mapping[str, Any]) -> None:
+    for name, value in environment.items():
+        if name in support.removed_environment:
+            replacement = support.removed_environment[name]
+            fix = f"use {replacement}" if replacement else f"remove {name}"
+            plan.problem(
+                where, f"{variable}.{name}", value, f"SGLang {support.version} no longer reads it and ignores it silently", fix
+            )
+        elif name == "CUDA_VISIBLE_DEVICES":
+            plan.problem(
+                where, f"{variable}.{name}", value, "GPUs are given to each instance by sglang-fleet", "use sglang_gpu_ids"
+            )
+
+
+def _instance_override(overrides: Mapping[Any, Any], index: int) -> Mapping[str, Any]:
+    for key in (index, str(index)):
+        if key in overrides:
+            return overrides[key] or {}
+    return {}
+
+
+def _merge(base: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    merged = dict(base)
+    merged.update(extra or {})
+    return merged
+
+
+def _connect_host(listen_host: str) -> str:
+    return "127.0.0.1" if listen_host in ("0.0.0.0", "::", "") else listen_host
+
+
+def _derive_instances(plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int], support: Support) -> list[dict[str, Any]]:
+    tensor = _positive_int(plan, "sglang_tensor_parallel_size", settings["tensor_parallel_size"])
+    data = _positive_int(plan, "sglang_data_parallel_size", settings["data_parallel_size"])
+    pipeline = _positive_int(plan, "sglang_pipeline_parallel_size", settings["pipeline_parallel_size"])
+    port_base = _positive_int(plan, "sglang_port_base", settings["port_base"], 1024)
+    nccl_base = _positive_int(plan, "sglang_nccl_port_base", settings["nccl_port_base"], 1024)
+    if None in (tensor, data, pipeline, port_base, nccl_base):
+        return []
+    assert tensor and data and pipeline and port_base and nccl_base
+    ranks = tensor * data * pipeline
+    per_instance = settings["gpus_per_instance"] or ranks
+    if per_instance != ranks:
+        plan.problem(
+            "host",
+            "sglang_gpus_per_instance",
+            per_instance,
+            f"tensor x data x pipeline parallel = {tensor} x {data} x {pipeline} = {ranks} GPUs per instance",
+            f"set sglang_gpus_per_instance: {ranks} or change the parallel sizes",
+        )
+        return []
+    fitting = len(gpu_ids) // per_instance
+    count = settings["instance_count"] or fitting
+    if not gpu_ids or count > fitting:
+        plan.problem(
+            "host",
+            "sglang_instance_count" if settings["instance_count"] else "sglang_gpus_per_instance",
+            settings["instance_count"] or per_instance,
+            f"{len(gpu_ids)} GPU(s) {gpu_ids} hold {fitting} instance(s) of {per_instance} GPU(s)",
+            "use fewer or smaller instances, or list more GPUs in sglang_gpu_ids",
+        )
+        return []
+    base_args = _checked_args(plan, support, "host", "sglang_server_args", settings["server_args"])
+    _check_environment(plan, support, "host", "sglang_environment", settings["environment"])
+    model_path = str(settings["model_path"])
+    served_name = settings["served_model_name"] or model_path.rstrip("/").rsplit("/", 1)[-1]
+    listen_host = str(settings["listen_host"])
+    instances = []
+    for index in range(count):
+        override = _instance_override(settings["instance_overrides"], index)
+        port = port_base + index
+        name = f"sglang-{port}"
+        where = f"instance {name}"
+        unknown = sorted(set(override) - {"server_args", "speculative", "environment"})
+        if unknown:
+            plan.problem(
+                where,
+                f"sglang_instance_overrides.{index}",
+                unknown,
+                "unknown keys",
+                "use server_args, speculative or environment",
+            )
+        speculative = _merge(settings["speculative"], override.get("speculative"))
+        spec_flags = _speculative_flags(plan, support, where, "sglang_speculative", speculative)
+        own_args = _checked_args(
+            plan, support, where, f"sglang_instance_overrides.{index}.server_args", override.get("server_args") or {}
+        )
+        _check_environment(
+            plan, support, where, f"sglang_instance_overrides.{index}.environment", override.get("environment") or {}
+        )
+        gpus = gpu_ids[index * per_instance : (index + 1) * per_instance]
+        argv = [
+            "--model-path", model_path,
+            "--served-model-name", served_name,
+            "--host", listen_host,
+            "--port", str(port),
+            "--nccl-port", str(nccl_base + index),
+            "--tp-size", str(tensor),
+        ]  # fmt: skip
+        if data > 1:
+            argv += ["--dp-size", str(data)]
+        if pipeline > 1:
+            argv += ["--pp-size", str(pipeline)]
+        for flag, value in {**(spec_flags or {}), **(base_args or {}), **(own_args or {})}.items():
+            argv += render_flag(flag, value)
+        environment = {str(k): str(v) for k, v in _merge(settings["environment"], override.get("environment")).items()}
+        environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in gpus)
+        algorithm = speculative.get("algorithm")
+        instances.append(
+            {
+                "name": name,
+                "unit": f"{name}.service",
+                "index": index,
+                "port": port,
+                "nccl_port": nccl_base + index,
+                "gpu_ids": gpus,
+                "url": f"http://{_connect_host(listen_host)}:{port}",
+                "model_path": model_path,
+                "served_model_name": served_name,
+                "tensor_parallel_size": tensor,
+                "pipeline_parallel_size": pipeline,
+                "ranks": ranks,
+                "argv": argv,
+                "environment": environment,
+                "settings": _merge(settings["server_args"], override.get("server_args")),
+                "speculative": {
+                    **{key: value for key, value in speculative.items() if key != "algorithm"},
+                    "algorithm": algorithm,
+                    # SGLang reports NEXTN, its alias, as EAGLE in /server_info.
+                    "reported_algorithm": "EAGLE" if algorithm == "NEXTN" else algorithm,
+                },
+            }
+        )
+    return instances
+
+
+def _model_problems(
+    plan: Plan, settings: Mapping[str, Any], model: Mapping[str, Any], instances: list[dict[str, Any]], support: Support
+) -> int:
+    """Checks the model directory; returns the weight bytes (0 when unknown)."""
+    path = settings["model_path"]
+    if not model.get("exists"):
+        plan.problem("host", "sglang_model_path", path, "no such directory on the host", "copy the model there or fix the path")
+        return 0
+    if not model.get("config"):
+        plan.problem(
+            "host", "sglang_model_path", path, "no readable config.json in the model directory", "copy the complete model"
+        )
+        return 0
+    architectures = model.get("architectures") or []
+    unknown = [arch for arch in architectures if arch not in support.architectures]
+    if not architectures or unknown:
+        plan.problem(
+            "host",
+            "sglang_model_path",
+            path,
+            f"architecture {unknown or architectures} is not supported by SGLang {support.version}",
+            "pin an SGLang version that supports it (see the support table) or serve another model",
+        )
+    for shard in model.get("missing_shards", []):
+        plan.problem(
+            "host", "sglang_model_path", path, f"shard {shard} listed in the index is missing", "copy the complete model"
+        )
+    for shard in model.get("empty_shards", []):
+        plan.problem("host", "sglang_model_path", path, f"shard {shard} is empty", "copy the complete model")
+    total = int(model.get("total_size") or 0)
+    on_disk = int(model.get("shard_bytes") or 0)
+    if total and on_disk and on_disk < total:
+        plan.problem(
+            "host",
+            "sglang_model_path",
+            path,
+            f"shards hold {on_disk / GIB:.1f} GiB but the index declares {total / GIB:.1f} GiB of tensors",
+            "copy the complete model (a download was cut short)",
+        )
+    for name, problem in sorted((model.get("checksum_problems") or {}).items()):
+        plan.problem("host", "sglang_model_sha256", name, problem, "copy the file again")
+    for instance in instances:
+        algorithm = instance["speculative"]["algorithm"]
+        draft_path = instance["speculative"].get("draft_model_path")
+        if algorithm in ("NEXTN", "EAGLE") and not draft_path and not (model.get("has_mtp_tensors") and model.get("mtp_layers")):
+            plan.problem(
+                f"instance {instance['name']}",
+                "sglang_speculative.algorithm",
+                algorithm,
+                f"{algorithm} without a draft model needs MTP weights in the checkpoint "
+                f"(mtp.* tensors: {bool(model.get('has_mtp_tensors'))}, "
+                f"MTP layers in config.json: {model.get('mtp_layers') or 0})",
+                "serve a checkpoint with MTP layers or set sglang_speculative.draft_model_path",
+            )
+        if algorithm == "EAGLE3" and not draft_path:
+            plan.problem(
+                f"instance {instance['name']}",
+                "sglang_speculative.draft_model_path",
+                None,
+                "EAGLE3 needs a draft model",
+                "set draft_model_path",
+            )
+    return total or on_disk
+
+
+def _memory_fraction(instance: dict[str, Any], gpu_mib: int, auto_reserve_mib: int) -> tuple[float, str]:
+    value = instance["settings"].get("mem-fraction-static")
+    if value is not None:
+        return float(value), "mem-fraction-static"
+    return round((gpu_mib - auto_reserve_mib) / gpu_mib, 3), "SGLang's automatic mem-fraction-static (estimated)"
+
+
+def _memory_problems(
+    plan: Plan, settings: Mapping[str, Any], facts: Mapping[str, Any], instances: list[dict[str, Any]], weight_bytes: int
+) -> None:
+    gpus = {gpu["index"]: gpu for gpu in facts.get("gpus") or []}
+    margin = float(settings["memory_margin_gib"]) * GIB
+    host_cache_bytes = 0.0
+    for instance in instances:
+        where = f"instance {instance['name']}"
+        memories = [gpus[gpu]["memory_total_mib"] for gpu in instance["gpu_ids"] if gpu in gpus]
+        if not memories:
+            continue
+        gpu_mib = min(memories)
+        fraction, source = _memory_fraction(instance, gpu_mib, int(settings["auto_reserve_mib"]))
+        if not 0 < fraction < 1:
+            plan.problem(where, "sglang_server_args.mem-fraction-static", fraction, "must be between 0 and 1", "use e.g. 0.85")
+            continue
+        # Tensor parallel splits every layer, pipeline parallel splits the layers: each GPU holds a share.
+        weight_share = weight_bytes / instance["tensor_parallel_size"] / instance["pipeline_parallel_size"]
+        available = gpu_mib * MIB * fraction
+        needed = weight_share + margin
+        if weight_bytes and needed > available:
+            fits_fraction = math.ceil(needed / (gpu_mib * MIB) * 100) / 100
+            tp_needed = math.ceil(weight_bytes / (available - margin)) if available > margin else None
+            fixes = [f"mem-fraction-static >= {fits_fraction:.2f}" if fits_fraction < 0.98 else None]
+            if tp_needed:
+                fixes.append(f"tensor parallel >= {tp_needed}")
+            plan.problem(
+                where,
+                "sglang_server_args.mem-fraction-static",
+                fraction,
+                f"weights {weight_bytes / GIB:.1f} GiB / tp {instance['tensor_parallel_size']} = {weight_share / GIB:.1f} GiB "
+                f"+ {margin / GIB:.0f} GiB margin need {needed / GIB:.1f} GiB per GPU, but {gpu_mib / 1024:.1f} GiB x {fraction} "
+                f"({source}) = {available / GIB:.1f} GiB: short by {(needed - available) / GIB:.1f} GiB",
+                " or ".join(fix for fix in fixes if fix) or "use GPUs with more memory",
+            )
+        if instance["settings"].get("enable-hierarchical-cache"):
+            size_gb = instance["settings"].get("hicache-size") or 0
+            if size_gb:
+                per_rank = float(size_gb) * 1e9
+            else:
+                ratio = float(instance["settings"].get("hicache-ratio") or 2.0)
+                per_rank = ratio * max(0.0, available - weight_share)
+            host_cache_bytes += per_rank * instance["ranks"]
+    ram_mb = int(settings["host_memory_mb"] or facts.get("memtotal_mb") or 0)
+    reserve = float(settings["host_ram_reserve_gib"]) * GIB
+    usable = ram_mb * MIB - reserve
+    if host_cache_bytes and host_cache_bytes > usable:
+        plan.problem(
+            "host",
+            "sglang_server_args.hicache-size",
+            settings["server_args"].get("hicache-size"),
+            f"host cache {host_cache_bytes / 1e9:.0f} GB over all ranks exceeds host RAM {ram_mb / 1024:.0f} GiB "
+            f"minus {settings['host_ram_reserve_gib']} GiB reserve = {usable / GIB:.0f} GiB",
+            f"hicache-size <= {max(0, int(usable / 1e9 / max(1, sum(i['ranks'] for i in instances))))} GB per rank",
+        )
+
+
+def _gpu_and_port_problems(
+    plan: Plan, settings: Mapping[str, Any], facts: Mapping[str, Any], instances: list[dict[str, Any]]
+) -> None:
+    known = {gpu["index"] for gpu in facts.get("gpus") or []}
+    own_units = {instance["name"] + ".service" for instance in instances}
+    for instance in instances:
+        where = f"instance {instance['name']}"
+        for gpu in instance["gpu_ids"]:
+            if gpu not in known:
+                plan.problem(
+                    where,
+                    "sglang_gpu_ids",
+                    gpu,
+                    f"GPU {gpu} does not exist (nvidia-smi lists {sorted(known)})",
+                    "list existing GPU indexes",
+                )
+        for process in facts.get("gpu_processes") or []:
+            if process.get("gpu_index") in instance["gpu_ids"] and process.get("unit") not in own_units:
+                plan.problem(
+                    where,
+                    "sglang_gpu_ids",
+                    instance["gpu_ids"],
+                    f"GPU {process['gpu_index']} holds {process.get('used_mib', '?')} MiB of PID {process['pid']} "
+                    f"({process.get('name', '?')}, unit {process.get('unit') or 'none'})",
+                    "stop that process (an orphaned scheduler?) or use other GPUs",
+                )
+    seen: dict[int, str] = {}
+    listeners = {entry["port"]: entry for entry in facts.get("listening") or []}
+    for instance in instances:
+        for variable, port in (("sglang_port_base", instance["port"]), ("sglang_nccl_port_base", instance["nccl_port"])):
+            where = f"instance {instance['name']}"
+            if port > 65535:
+                plan.problem(where, variable, port, "port beyond 65535", "use a lower base")
+            if port in seen:
+                plan.problem(
+                    where, variable, port, f"port {port} is also {seen[port]}", "choose bases whose ranges do not overlap"
+                )
+            seen[port] = f"{instance['name']}'s {variable}"
+            taken = listeners.get(port)
+            if taken and taken.get("unit") not in own_units:
+                plan.problem(
+                    where,
+                    variable,
+                    port,
+                    f"port {port} is taken by PID {taken['pid']} ({taken.get('name', '?')})"
+                    if taken.get("pid")
+                    else f"port {port} is taken by a process that cannot be named here",
+                    "stop that program or choose another base",
+                )
+    ids = list(settings["gpu_ids"] or [])
+    duplicates = sorted({gpu for gpu in ids if ids.count(gpu) > 1})
+    if duplicates:
+        plan.problem(
+            "host", "sglang_gpu_ids", ids, f"GPU(s) {duplicates} listed twice would serve two instances", "list each GPU once"
+        )
+
+
+def sglang_plan(settings: Mapping[str, Any], facts: Mapping[str, Any], table: Mapping[str, Any]) -> dict[str, Any]:
+    """Derives a host's instances from its settings and facts and lists every problem found."""
+    support = Support.load(table)
+    plan = Plan(host=str(settings["host"]))
+    detected = [gpu["index"] for gpu in facts.get("gpus") or []]
+    if facts.get("gpu_error"):
+        plan.problem("host", "nvidia-smi", facts.get("gpu_error"), "GPUs could not be listed", "install the NVIDIA driver")
+    gpu_ids = [int(gpu) for gpu in settings["gpu_ids"]] if settings["gpu_ids"] else detected
+    instances = _derive_instances(plan, settings, gpu_ids, support)
+    weight_bytes = _model_problems(plan, settings, facts.get("model") or {}, instances, support)
+    _memory_problems(plan, settings, facts, instances, weight_bytes)
+    _gpu_and_port_problems(plan, settings, facts, instances)
+    return {"instances": instances, "problems": plan.problems}
+
+
+def _variable_of(instance: Mapping[str, Any], flag: str) -> tuple[str, Any]:
+    """The variable and value behind a rendered flag of an instance."""
+    for key, value in instance.get("settings", {}).items():
+        if _flag_name(str(key)) == flag:
+            return f"sglang_server_args.{key}", value
+    for key, value in instance.get("speculative", {}).items():
+        if "--speculative-" + key.replace("_", "-") == flag:
+            return f"sglang_speculative.{key}", value
+    return "command line", flag
+
+
+def sglang_parse_problems(results: Sequence[Mapping[str, Any]], host: str) -> list[str]:
+    """One problem line per instance whose command line the runtime's own parser refused."""
+    plan = Plan(host=host)
+    for result in results:
+        # argparse exits 2 on a refused command line; other failures mean the parser could not run (a venv
+        # the deploy is about to repair), which is no reason to refuse the deploy.
+        if result.get("rc") != 2:
+            continue
+        instance = result["item"]
+        lines = [line.strip() for line in str(result.get("stderr", "")).splitlines() if line.strip()]
+        message = lines[-1] if lines else f"parser exited {result['rc']}"
+        flags = re.findall(r"--[A-Za-z0-9][\w-]*", message)
+        variable, value = _variable_of(instance, flags[-1]) if flags else ("command line", None)
+        plan.problem(
+            f"instance {instance['name']}",
+            variable,
+            value,
+            f"SGLang's parser refused it: {message}",
+            "correct or remove that setting",
+        )
+    return plan.problems
+
+
+def sglang_gate_problems(hosts: Sequence[str], hostvars: Mapping[str, Any], facts: Sequence[str]) -> list[str]:
+    """Every problem every host's preflight left in the named facts, host by host."""
+    return [problem for host in hosts for fact in facts for problem in (hostvars[host].get(fact) or [])]
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "sglang_plan": sglang_plan,
+            "sglang_render_flag": render_flag,
+            "sglang_parse_problems": sglang_parse_problems,
+            "sglang_gate_problems": sglang_gate_problems,
+        }
+
+
+__all__: Sequence[str] = ("FilterModule", "render_flag", "sglang_gate_problems", "sglang_parse_problems", "sglang_plan")

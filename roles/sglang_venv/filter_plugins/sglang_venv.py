@@ -1,0 +1,50 @@
+"""Ansible filter: can this host build the venv the pinned SGLang needs? One problem line per reason."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+# SGLang 0.5.23 publishes wheels for CPython 3.11-3.13, built for manylinux_2_34 (glibc 2.34+).
+SUPPORTED_PYTHON = ((3, 11), (3, 13))
+MIN_GLIBC = (2, 34)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def sglang_venv_problems(
+    host: str, runtime: str, runtimes: list[str], python: str, python_result: Mapping[str, Any], glibc: str, version: str
+) -> list[str]:
+    """Problems with the runtime choice, the Python that builds the venv, and glibc."""
+    problems = []
+    if runtime not in runtimes:
+        problems.append(f"{host} host: sglang_venv_runtime={runtime!r}: unknown runtime; fix: use one of {', '.join(runtimes)}")
+    if python_result.get("rc") != 0:
+        why = (str(python_result.get("stderr") or python_result.get("msg") or "")).strip().splitlines()[-1:] or ["not found"]
+        problems.append(
+            f"{host} host: sglang_venv_python={python!r}: does not run ({why[0]}); "
+            "fix: install Python 3.11-3.13 and point sglang_venv_python at it"
+        )
+    else:
+        found = _version(str(python_result.get("stdout", "")).strip())
+        if not SUPPORTED_PYTHON[0] <= found[:2] <= SUPPORTED_PYTHON[1]:
+            shown = ".".join(map(str, found))
+            problems.append(
+                f"{host} host: sglang_venv_python={python!r}: Python {shown} has no SGLang {version} wheels (3.11-3.13 only); "
+                "fix: install python3.11, 3.12 or 3.13 (e.g. from deadsnakes on Ubuntu 22.04) and set sglang_venv_python"
+            )
+    if glibc and _version(glibc) < MIN_GLIBC:
+        problems.append(
+            f"{host} host: glibc={glibc!r}: SGLang {version} wheels need glibc 2.34 or newer; "
+            "fix: upgrade the distribution (Debian 12+, Ubuntu 22.04+)"
+        )
+    return problems
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {"sglang_venv_problems": sglang_venv_problems}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the test hosts' base image (Debian bookworm with systemd as PID 1) from a debootstrap'd rootfs.
+# No container registry is reachable here, so the image is built locally and cached: its tag is a hash
+# of this recipe, and a rebuild happens only when the recipe changes.
+# Prints the image reference on stdout.
+set -euo pipefail
+
+readonly PACKAGES=systemd,systemd-sysv,dbus,python3,python3-venv,python3-apt,sudo,iproute2,procps,ca-certificates,libc-bin
+readonly SUITE=bookworm
+readonly REPOSITORY=sglang-fleet-testhost
+
+recipe_hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
+image="${REPOSITORY}:${recipe_hash}"
+
+if docker image inspect "$image" >/dev/null 2>&1; then
+  echo "$image"
+  exit 0
+fi
+
+# The Debian mirror this machine already uses (deb822 or one-line sources), so no host is named here.
+debian_mirror() {
+  local uri
+  uri=$(awk '/^URIs:/ {u=$2} /^Suites:/ && / '"$SUITE"'( |$)/ && u {print u; exit}' \
+    /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+  [[ -n "$uri" ]] || uri=$(awk '$1 == "deb" && $3 == "'"$SUITE"'" {print $2; exit}' \
+    /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)
+  [[ -n "$uri" ]] || { echo "no Debian $SUITE mirror found in /etc/apt/sources.list*" >&2; exit 1; }
+  echo "$uri"
+}
+
+command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >&2
+
+rootfs=$(mktemp -d /var/tmp/testhost-rootfs.XXXXXX)
+trap 'rm -rf "$rootfs"' EXIT
+echo "building $image (debootstrap $SUITE, about a minute)" >&2
+debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" "$(debian_mirror)" >&2
+
+# A container has no consoles or hardware to wait for; these units only slow boot or fail.
+for unit in getty.target console-getty.service systemd-udevd.service systemd-udev-trigger.service \
+  systemd-modules-load.service systemd-remount-fs.service; do
+  ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
+done
+echo testhost >"$rootfs/etc/hostname"
+rm -f "$rootfs/etc/machine-id" && touch "$rootfs/etc/machine-id"
+
+tar -C "$rootfs" -c . | docker import \
+  -c 'CMD ["/lib/systemd/systemd"]' \
+  -c 'ENV container=docker' \
+  - "$image" >&2
+echo "$image"

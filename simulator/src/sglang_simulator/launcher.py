@@ -1,0 +1,277 @@
+"""``python -m sglang_simulator``: the ``sglang.launch_server`` stand-in.
+
+Phases, as in real SGLang:
+
+1. parse the command line (exit 2 on a bad flag) and resolve the arguments;
+2. "load the weights" for ``SGLANG_SIM_LOAD_SECONDS``: GPU memory is held
+   (recorded for the nvidia-smi stand-in) but nothing listens yet;
+3. listen on --host/--port and "warm up" for ``SGLANG_SIM_WARMUP_SECONDS``:
+   /health and /health_generate answer 503;
+4. ready until SIGTERM (exit 0) or a rehearsed crash (exit 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from types import FrameType
+from typing import Any
+
+from . import gpus, logs
+from .args import parse_args
+from .checks import Plan, place_launch, resolve_launch
+from .engine import Engine
+from .environment import deprecation_warnings, ignored_warning
+from .errors import StartupError
+from .facts import Facts, load_facts
+from .knobs import KnobError, Knobs
+from .server import App, SimHTTPServer, Status, make_server
+
+LogAdapter = logging.LoggerAdapter[logging.Logger]
+_WARMUP_PROMPT = "The capital city of France is"
+
+
+def _graph_phases(value: float = 0.0) -> dict[str, float]:
+    keys = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
+    return dict.fromkeys(keys, value)
+
+
+def _report(log: LogAdapter, exc: StartupError, *, scheduler: bool) -> None:
+    if scheduler:
+        log.error("Scheduler hit an exception: %s", exc)
+    else:
+        log.error("%s", exc)
+    for line in exc.details:
+        log.error("simulator: %s", line)
+
+
+def _server_args_line(settings: Mapping[str, Any]) -> str:
+    """What ``Engine`` logs: the resolved dict, watermark secrets redacted.
+
+    Like real SGLang, the API keys are *not* redacted.
+    """
+    shown = dict(settings)
+    shown["enable_dp_attention"] = int(shown.get("attn_dp_size") or 1) > 1
+    for secret in ("watermark_key", "watermark_key_b", "watermark_config"):
+        if shown.get(secret) is not None:
+            shown[secret] = "<redacted>"
+    return f"server_args={shown}"
+
+
+class Launch:
+    """One simulated server process."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], knobs: Knobs, facts: Facts) -> None:
+        self.argv = list(argv)
+        self.env = env
+        self.knobs = knobs
+        self.facts = facts
+        self.pid = os.getpid()
+        self.stop = threading.Event()
+        self.log = logs.main_logger()
+        self.sched_log = logs.main_logger()
+        self.server: SimHTTPServer | None = None
+        self.load_seconds = 0.0
+
+    # -- helpers -------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop.set()
+
+    def _wait(self, seconds: float | None) -> bool:
+        """Sleep up to ``seconds`` (forever if None); True when asked to stop."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while True:
+            left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            if left <= 0:
+                return self.stop.is_set()
+            if self.stop.wait(left):
+                return True
+
+    def _record(self, plan: Plan, used_mib: float) -> None:
+        usage = gpus.Usage(
+            pid=self.pid,
+            gpu_uuids=tuple(dict.fromkeys(g.uuid for g in plan.gpus)),
+            used_mib=int(used_mib),
+            process_name=plan.process_name,
+        )
+        try:
+            gpus.write_usage(self.knobs.state_dir, usage)
+        except OSError as exc:
+            self.log.warning("simulator: cannot record GPU usage in %s: %s", self.knobs.state_dir, exc)
+
+    def _cleanup(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        with contextlib.suppress(OSError):
+            gpus.remove_usage(self.knobs.state_dir, self.pid)
+
+    def _crash(self, message: str) -> int:
+        self.sched_log.error("Scheduler hit an exception: %s", message)
+        self.log.error("Received sigquit from a child process. It usually means the child failed.")
+        self._cleanup()
+        return 1
+
+    # -- phases --------------------------------------------------------------
+
+    def run(self, parsed: dict[str, Any]) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        try:
+            resolved = resolve_launch(parsed, self.knobs, self.facts, self.log)
+        except StartupError as exc:
+            _report(self.log, exc, scheduler=False)
+            return 1
+        self.log.info("%s", _server_args_line(resolved.settings))
+        tp_size = int(resolved.settings.get("tp_size") or 1)
+        self.sched_log = logs.scheduler_logger(tp_size)
+        try:
+            plan = place_launch(resolved, self.knobs, self.env, self.facts, self.sched_log)
+        except StartupError as exc:
+            _report(self.sched_log, exc, scheduler=True)
+            self.log.error("Received sigquit from a child process. It usually means the child failed.")
+            return 1
+        status = self._load(plan)
+        if status is not None:
+            return status
+        return self._serve(plan)
+
+    def _load(self, plan: Plan) -> int | None:
+        log, knobs = self.sched_log, self.knobs
+        start = time.monotonic()
+        log.info("Load weight begin. avail mem=%.2f GB", plan.free_mib / 1024)
+        self._record(plan, min(plan.free_mib, plan.weights_per_gpu_mib + 512))
+        if knobs.hang_loading:
+            self._wait(None)
+            self._cleanup()
+            return 0
+        if knobs.fail_at_start:
+            if self._wait(knobs.load_seconds / 2):
+                self._cleanup()
+                return 0
+            return self._crash(f"RuntimeError: {knobs.fail_at_start}")
+        if self._wait(knobs.load_seconds):
+            self._cleanup()
+            return 0
+        if plan.memory_error is not None:
+            _report(log, plan.memory_error, scheduler=True)
+            self.log.error("Received sigquit from a child process. It usually means the child failed.")
+            self._cleanup()
+            return 1
+        elapsed = time.monotonic() - start
+        log.info(
+            "Load weight end. elapsed=%.2f s, type=%s, avail mem=%.2f GB, mem usage=%.2f GB.",
+            elapsed,
+            plan.model.architecture,
+            (plan.free_mib - plan.weights_per_gpu_mib) / 1024,
+            plan.weights_per_gpu_mib / 1024,
+        )
+        log.info("KV Cache is allocated. #tokens: %d", plan.max_total_num_tokens)
+        self._record(plan, plan.used_mib)
+        log.info(
+            "max_total_num_tokens=%d, chunked_prefill_size=%d, max_running_requests=%d, "
+            "context_len=%d, available_gpu_mem=%.2f GB",
+            plan.max_total_num_tokens,
+            plan.memory.chunked_prefill_size,
+            plan.max_running_requests,
+            plan.context_length,
+            (plan.free_mib - plan.used_mib) / 1024,
+        )
+        self.load_seconds = elapsed
+        return None
+
+    def _serve(self, plan: Plan) -> int:
+        settings = plan.settings
+        engine = Engine(
+            max_running_requests=plan.max_running_requests,
+            token_seconds=self.knobs.token_seconds,
+            eos_token_id=plan.model.eos_token_id,
+            accept_length=plan.accept_length,
+            num_draft_tokens=settings.get("speculative_num_draft_tokens"),
+            decode_log_interval=int(settings.get("decode_log_interval") or 40),
+            log=self.sched_log,
+        )
+        app = App(
+            plan=plan,
+            engine=engine,
+            knobs=self.knobs,
+            env=self.env,
+            launch_command=" ".join(self.argv),
+            log=self.log,
+            startup_time={
+                "load_weight": round(self.load_seconds, 3),
+                "kv_cache_allocation": 0.0,
+                "scheduler_e2e": round(self.load_seconds, 3),
+                "cuda_graph": _graph_phases(),
+            },
+        )
+        host, port = str(settings["host"]), int(settings["port"])
+        try:
+            self.server = make_server(app, host, port)
+        except OSError as exc:
+            self.log.error(
+                "[Errno %s] error while attempting to bind on address (%r, %d): %s",
+                exc.errno,
+                host,
+                port,
+                exc.strerror,
+            )
+            self._cleanup()
+            return 1
+        threading.Thread(target=self.server.serve_forever, name="http", daemon=True).start()
+        self.log.info("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)", host, port)
+        if not settings.get("skip_server_warmup"):
+            if self._wait(self.knobs.warmup_seconds):
+                return self._shutdown(app)
+            engine.run(_WARMUP_PROMPT, 8)
+        app.status = Status.UP
+        self.log.info("The server is fired up and ready to roll!")
+        if self.knobs.die_after_seconds is not None:
+            if not self._wait(self.knobs.die_after_seconds):
+                app.status = Status.UNHEALTHY
+                return self._crash(
+                    "RuntimeError: simulated crash "
+                    f"(SGLANG_SIM_DIE_AFTER_SECONDS={self.knobs.die_after_seconds:g})"
+                )
+        else:
+            self._wait(None)
+        return self._shutdown(app)
+
+    def _shutdown(self, app: App) -> int:
+        app.gracefully_exit = True
+        self.log.info("INFO:     Shutting down")
+        self._cleanup()
+        self.log.info("INFO:     Finished server process [%d]", self.pid)
+        return 0
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    environ = os.environ if env is None else env
+    facts = load_facts()
+    try:
+        knobs = Knobs.from_env(environ)
+    except KnobError as exc:
+        print(f"sglang-simulator: {exc}", file=sys.stderr)
+        return 1
+    parsed = parse_args(args, facts)
+    try:
+        level = logs.level_from_name(str(parsed["log_level"]))
+    except AttributeError as exc:
+        print(f"AttributeError: {exc}", file=sys.stderr)
+        return 1
+    logs.setup(level)
+    log = logs.main_logger()
+    for line in deprecation_warnings(environ, facts):
+        log.warning("%s", line)
+    ignored = ignored_warning(environ, facts)
+    if ignored:
+        log.warning("%s", ignored)
+    return Launch(args, environ, knobs, facts).run(parsed)

@@ -1,0 +1,546 @@
+"""The HTTP side: SGLang 0.5.23's endpoints on a threaded stdlib server.
+
+Paths, methods, status codes and bodies follow ``srt/entrypoints/http_server.py``
+and the OpenAI adapters.  ``--api-key`` works like ``srt/utils/auth.py``:
+every path needs ``Authorization: Bearer <key>`` except OPTIONS requests and
+paths starting with ``/health``, ``/ready`` or ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import enum
+import hmac
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from . import metrics, responses
+from .checks import Plan
+from .engine import Engine, Result, count_prompt_tokens
+from .knobs import Knobs
+
+LogAdapter = logging.LoggerAdapter[logging.Logger]
+_EXEMPT_PREFIXES = ("/health", "/ready", "/metrics")
+
+
+class Status(enum.Enum):
+    STARTING = "Starting"
+    UP = "Up"
+    UNHEALTHY = "UnHealthy"
+
+
+class BadRequestError(Exception):
+    def __init__(self, body: dict[str, Any], status: int = 400) -> None:
+        super().__init__(str(body))
+        self.body = body
+        self.status = status
+
+
+@dataclass
+class App:
+    """State shared by all request threads."""
+
+    plan: Plan
+    engine: Engine
+    knobs: Knobs
+    env: Mapping[str, str]
+    launch_command: str
+    log: LogAdapter
+    startup_time: dict[str, Any] = field(default_factory=dict)
+    status: Status = Status.STARTING
+    gracefully_exit: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.plan.settings
+
+    @property
+    def served_model_name(self) -> str:
+        return str(self.settings["served_model_name"])
+
+    @property
+    def speculative(self) -> bool:
+        return self.plan.speculative_algorithm is not None
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _prompt_of_messages(messages: Any) -> str:
+    if not isinstance(messages, list) or not messages:
+        raise BadRequestError(responses.error_response("messages: a non-empty list is required"))
+    parts: list[str] = []
+    for message in messages:
+        if not isinstance(message, dict) or "role" not in message:
+            raise BadRequestError(responses.error_response("messages: each message needs a role"))
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        parts.append(f"<|{message['role']}|>{content or ''}")
+    return "\n".join(parts)
+
+
+def _max_tokens(body: Mapping[str, Any], *names: str, default: int | None) -> int | None:
+    for name in names:
+        value = body.get(name)
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise BadRequestError(responses.error_response(f"{name} must be a non-negative integer"))
+            return value
+    return default
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    app: App  # set on the subclass built by make_server
+
+    # -- plumbing ------------------------------------------------------------
+
+    def version_string(self) -> str:
+        return "uvicorn"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # access lines are written by _access_log
+
+    def _access_log(self, status: int) -> None:
+        excluded = self.app.settings.get("uvicorn_access_log_exclude_prefixes") or []
+        if any(self.path.startswith(prefix) for prefix in excluded):
+            return
+        client = f"{self.client_address[0]}:{self.client_address[1]}"
+        self.app.log.info('INFO:     %s - "%s" %d', client, self.requestline, status)
+
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        content_type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.send_response(status)
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+        self._access_log(status)
+
+    def _send_json(self, status: int, obj: Any) -> None:
+        self._send(status, _json_bytes(obj), "application/json")
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        if not raw:
+            raise BadRequestError(responses.error_response("Field required: request body"))
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise BadRequestError(responses.error_response(f"JSON decode error: {exc}")) from None
+
+    def _require_json_content_type(self) -> None:
+        media_type = (self.headers.get("Content-Type") or "").lower().split(";", 1)[0].strip()
+        if media_type != "application/json":
+            raise BadRequestError(
+                responses.error_response(
+                    "[{'loc': ['header', 'content-type'], 'msg': \"Unsupported Media Type: "
+                    "Only 'application/json' is allowed\", 'type': 'value_error'}]"
+                )
+            )
+
+    def _stream(self, chunks: Iterator[bytes]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._access_log(200)
+        try:
+            for chunk in chunks:
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    # -- dispatch ------------------------------------------------------------
+
+    def _authorized(self) -> bool:
+        settings = self.app.settings
+        api_key = settings.get("api_key")
+        if not api_key and not settings.get("admin_api_key"):
+            return True
+        path = self.path.split("?", 1)[0]
+        if self.command == "OPTIONS" or path.startswith(_EXEMPT_PREFIXES):
+            return True
+        if not api_key:
+            return True  # only an admin key: normal endpoints stay open
+        header = self.headers.get("Authorization") or ""
+        parts = header.split(" ", 1)
+        return (
+            len(parts) == 2 and parts[0].lower() == "bearer" and hmac.compare_digest(parts[1], str(api_key))
+        )
+
+    def _routes(self) -> dict[str, dict[str, Callable[[], None]]]:
+        routes: dict[str, dict[str, Callable[[], None]]] = {
+            "/health": {"GET": self.health},
+            "/health_generate": {"GET": self.health},
+            "/ready": {"GET": self.ready},
+            "/model_info": {"GET": self.model_info},
+            "/get_model_info": {"GET": self.get_model_info},
+            "/server_info": {"GET": self.server_info},
+            "/get_server_info": {"GET": self.get_server_info},
+            "/v1/models": {"GET": self.models},
+            "/generate": {"POST": self.generate, "PUT": self.generate},
+            "/v1/chat/completions": {"POST": self.chat_completions},
+            "/v1/completions": {"POST": self.completions},
+        }
+        if self.app.settings.get("enable_metrics"):
+            routes["/metrics"] = {"GET": self.metrics}
+        return routes
+
+    def _dispatch(self) -> None:
+        if not self._authorized():
+            self._send_json(401, {"error": "Unauthorized"})
+            return
+        path = self.path.split("?", 1)[0]
+        routes = self._routes()
+        if path.startswith("/v1/models/"):
+            routes[path] = {"GET": self.model_card}
+        methods = routes.get(path)
+        if methods is None:
+            self._send_json(404, {"detail": "Not Found"})
+            return
+        handler = methods.get(self.command)
+        if handler is None:
+            self._send(
+                405,
+                _json_bytes({"detail": "Method Not Allowed"}),
+                "application/json",
+                {"Allow": ", ".join(sorted(methods))},
+            )
+            return
+        try:
+            handler()
+        except BadRequestError as exc:
+            self._send_json(exc.status, exc.body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # an internal error must not kill the connection silently
+            self.app.log.exception("simulator: error while serving %s", self.path)
+            self._send_json(500, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch()
+
+    # -- health --------------------------------------------------------------
+
+    def health(self) -> None:
+        app = self.app
+        if app.gracefully_exit or app.status is Status.STARTING:
+            self._send(503)
+            return
+        path = self.path.split("?", 1)[0]
+        generation = app.env.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").lower()
+        if path == "/health" and generation in ("false", "0", "no", "n"):
+            self._send(200)
+            return
+        timeout = float(app.env.get("SGLANG_HEALTH_CHECK_TIMEOUT") or 20)
+        wait = app.knobs.health_seconds
+        if wait > timeout:
+            time.sleep(timeout)
+            app.log.error(
+                "Health check failed. Server couldn't get a response from detokenizer for last %d seconds.",
+                int(timeout),
+            )
+            app.status = Status.UNHEALTHY
+            self._send(503)
+            return
+        time.sleep(wait)
+        app.status = Status.UP
+        self._send(200)
+
+    def ready(self) -> None:
+        up = self.app.status is Status.UP and not self.app.gracefully_exit
+        self._send(200 if up else 503)
+
+    # -- info ----------------------------------------------------------------
+
+    def model_info(self) -> None:
+        self._send_json(200, responses.model_info(self.app.plan))
+
+    def get_model_info(self) -> None:
+        self.app.log.warning(
+            "Endpoint '/get_model_info' is deprecated and will be removed in a future "
+            "version. Please use '/model_info' instead."
+        )
+        self.model_info()
+
+    def server_info(self) -> None:
+        app = self.app
+        self._send_json(
+            200,
+            responses.server_info(
+                app.plan,
+                launch_command=app.launch_command,
+                startup_time=app.startup_time,
+                last_gen_throughput=app.engine.gen_throughput(),
+                avg_spec_accept_length=app.engine.avg_spec_accept_length(),
+            ),
+        )
+
+    def get_server_info(self) -> None:
+        self.app.log.warning(
+            "Endpoint '/get_server_info' is deprecated and will be removed in a future "
+            "version. Please use '/server_info' instead."
+        )
+        self.server_info()
+
+    def models(self) -> None:
+        card = responses.model_card(self.app.served_model_name, self.app.plan.context_length)
+        self._send_json(200, {"object": "list", "data": [card]})
+
+    def model_card(self) -> None:
+        name = self.path.split("?", 1)[0][len("/v1/models/") :]
+        if name != self.app.served_model_name:
+            self._send_json(
+                404,
+                {
+                    "error": {
+                        "message": f"The model '{name}' does not exist",
+                        "type": "invalid_request_error",
+                        "param": "model",
+                        "code": "model_not_found",
+                    }
+                },
+            )
+            return
+        self._send_json(200, responses.model_card(name, self.app.plan.context_length))
+
+    def metrics(self) -> None:
+        text = metrics.render(
+            self.app.engine,
+            model_name=self.app.served_model_name,
+            max_total_num_tokens=self.app.plan.max_total_num_tokens,
+        )
+        self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    # -- generation ----------------------------------------------------------
+
+    def _check_context(self, prompt_tokens: int) -> None:
+        context = self.app.plan.context_length
+        if prompt_tokens >= context:
+            raise BadRequestError(
+                {
+                    "error": {
+                        "message": f"The input ({prompt_tokens} tokens) is longer than the "
+                        f"model's context length ({context} tokens)."
+                    }
+                }
+            )
+
+    def _meta(self, result: Result) -> dict[str, Any]:
+        return responses.generate_meta_info(
+            result,
+            weight_version=str(self.app.settings.get("weight_version", "default")),
+            num_draft_tokens=self.app.settings.get("speculative_num_draft_tokens"),
+            speculative=self.app.speculative,
+        )
+
+    def generate(self) -> None:
+        body = self._body()
+        if not isinstance(body, dict):
+            raise BadRequestError(responses.error_response("Input should be a valid dictionary"))
+        text = body.get("text")
+        if text is None and body.get("input_ids") is not None:
+            text = " ".join(str(i) for i in body["input_ids"])
+        if text is None:
+            raise BadRequestError(
+                {"error": {"message": "Either text, input_ids or input_embeds should be provided."}}
+            )
+        params = body.get("sampling_params") or {}
+        max_new = _max_tokens(params, "max_new_tokens", default=128)
+        if isinstance(text, list):
+            if body.get("stream"):
+                raise BadRequestError({"error": {"message": "The simulator does not stream batches."}})
+            outs = []
+            for item in text:
+                self._check_context(count_prompt_tokens(str(item)))
+                result = self.app.engine.run(str(item), max_new)
+                outs.append(
+                    {"text": result.text, "output_ids": result.output_ids, "meta_info": self._meta(result)}
+                )
+            self._send_json(200, outs)
+            return
+        prompt = str(text)
+        self._check_context(count_prompt_tokens(prompt))
+        rid = body.get("rid") if isinstance(body.get("rid"), str) else None
+        if not body.get("stream"):
+            result = self.app.engine.run(prompt, max_new, rid=rid)
+            self._send_json(
+                200, {"text": result.text, "output_ids": result.output_ids, "meta_info": self._meta(result)}
+            )
+            return
+        incremental = bool(self.app.settings.get("incremental_streaming_output"))
+
+        def chunks() -> Iterator[bytes]:
+            for step, result in self.app.engine.generate(prompt, max_new, stream=True, rid=rid):
+                out = {
+                    "text": step.text if incremental else result.text,
+                    "output_ids": step.token_ids if incremental else list(result.output_ids),
+                    "meta_info": self._meta(result),
+                }
+                yield b"data: " + _json_bytes(out) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        self._stream(chunks())
+
+    def chat_completions(self) -> None:
+        self._require_json_content_type()
+        body = self._body()
+        if not isinstance(body, dict):
+            raise BadRequestError(responses.error_response("Input should be a valid dictionary"))
+        prompt = _prompt_of_messages(body.get("messages"))
+        prompt_tokens = count_prompt_tokens(prompt)
+        self._check_context(prompt_tokens)
+        max_new = _max_tokens(body, "max_completion_tokens", "max_tokens", default=None)
+        model = str(body.get("model") or "default")
+        created = int(time.time())
+        weight_version = str(self.app.settings.get("weight_version", "default"))
+        engine = self.app.engine
+        if not body.get("stream"):
+            result = engine.run(prompt, max_new)
+            self._send_json(
+                200,
+                responses.chat_completion(
+                    result,
+                    model=model,
+                    created=created,
+                    prompt_tokens=prompt_tokens,
+                    weight_version=weight_version,
+                ),
+            )
+            return
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+        rid = uuid.uuid4().hex
+
+        def chunks() -> Iterator[bytes]:
+            last: Result | None = None
+            first = True
+            for step, result in engine.generate(prompt, max_new, stream=True, rid=rid):
+                if first:
+                    first = False
+                    yield _sse(
+                        responses.chat_chunk(rid, model=model, created=created, role="assistant", content="")
+                    )
+                if step.text:
+                    yield _sse(responses.chat_chunk(rid, model=model, created=created, content=step.text))
+                last = result
+            if last is not None:
+                reason, matched = responses.finish(last)
+                yield _sse(
+                    responses.chat_chunk(
+                        rid, model=model, created=created, finish_reason=reason, matched_stop=matched
+                    )
+                )
+                if include_usage:
+                    yield _sse(
+                        responses.chat_usage_chunk(
+                            last, model=model, created=created, prompt_tokens=prompt_tokens
+                        )
+                    )
+            yield b"data: [DONE]\n\n"
+
+        self._stream(chunks())
+
+    def completions(self) -> None:
+        self._require_json_content_type()
+        body = self._body()
+        if not isinstance(body, dict) or not isinstance(body.get("prompt"), (str, list)):
+            raise BadRequestError(responses.error_response("prompt: Field required"))
+        prompt_raw = body["prompt"]
+        prompt = prompt_raw if isinstance(prompt_raw, str) else " ".join(str(p) for p in prompt_raw)
+        prompt_tokens = count_prompt_tokens(prompt)
+        self._check_context(prompt_tokens)
+        max_new = _max_tokens(body, "max_tokens", default=16)
+        model = str(body.get("model") or "default")
+        created = int(time.time())
+        engine = self.app.engine
+        if not body.get("stream"):
+            result = engine.run(prompt, max_new)
+            weight_version = str(self.app.settings.get("weight_version", "default"))
+            self._send_json(
+                200,
+                responses.completion(
+                    result,
+                    model=model,
+                    created=created,
+                    prompt_tokens=prompt_tokens,
+                    weight_version=weight_version,
+                ),
+            )
+            return
+        rid = uuid.uuid4().hex
+
+        def chunks() -> Iterator[bytes]:
+            for step, result in engine.generate(prompt, max_new, stream=True, rid=rid):
+                reason, matched = responses.finish(result)
+                yield _sse(
+                    responses.completion_chunk(
+                        rid,
+                        model=model,
+                        created=created,
+                        text=step.text,
+                        finish_reason=reason,
+                        matched_stop=matched,
+                    )
+                )
+            yield b"data: [DONE]\n\n"
+
+        self._stream(chunks())
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + _json_bytes(obj) + b"\n\n"
+
+
+class SimHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024  # load tests open many connections at once
+
+
+def make_server(app: App, host: str, port: int) -> SimHTTPServer:
+    handler = type("BoundHandler", (Handler,), {"app": app})
+    server_class: type[SimHTTPServer] = SimHTTPServer
+    if ":" in host:
+        server_class = type("SimHTTPServer6", (SimHTTPServer,), {"address_family": socket.AF_INET6})
+    return server_class((host, port), handler)
+
+
+__all__ = ["App", "SimHTTPServer", "Status", "make_server"]

@@ -1,0 +1,426 @@
+#!/usr/bin/env python3
+"""Extract the facts the SGLang simulator needs from a real SGLang install.
+
+Run it with the interpreter of a venv that has the pinned SGLang installed
+(importing sglang needs torch, but no GPU):
+
+    /opt/sglang-probe/bin/python simulator/tools/extract_sglang_facts.py
+
+It writes ``simulator/src/sglang_simulator/data/sglang-<version>.json``.
+The output is deterministic: running it twice against the same install gives
+a byte-identical file.  The ``flags`` list keeps the real parser's
+registration order (argparse lists ambiguous-prefix candidates in that order,
+and the simulator reproduces those messages); everything else is sorted.
+
+What is read, and from where (paths relative to the ``sglang`` package):
+
+* flags: ``srt/server_args.py`` ``ServerArgs.add_cli_args`` on an
+  ``argparse.ArgumentParser(prog="sglang serve")``, exactly as
+  ``prepare_server_args`` builds it, after ``srt/plugins.load_plugins()``
+  (installed plugins, e.g. smg-grpc-servicer, add flags).
+* architectures: ``srt/models/registry.py`` ``ModelRegistry`` (every
+  ``EntryClass`` of ``srt/models/*.py``).  Modules that cannot be imported on
+  a CPU-only host are read statically (their ``EntryClass`` assignment).
+* speculative algorithms: ``srt/speculative/spec_info.py``
+  ``SpeculativeAlgorithm`` plus the ``NEXTN`` alias of ``spec_registry.py``.
+* environment: every ``SGLANG_*`` / ``SGL_*`` name that appears anywhere in
+  the package source, the ``_DEPRECATED_ENVS`` registry of ``srt/environ.py``.
+* renamed / removed flags and removed environment variables: these are the
+  one thing a single release cannot tell by itself.  They are listed below
+  (``RETIRED_FLAGS``, ``RETIRED_ENV``) with their provenance and *verified*
+  against the installed release: an entry is only written if the old name is
+  really gone and its replacement really exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+# Flags an earlier SGLang still accepted as deprecated aliases
+# (``DeprecatedAliasStoreAction`` / ``DeprecatedStoreTrueAction`` /
+# ``DeprecatedStoreConstAction`` / ``DeprecatedAction`` registrations in the
+# ``add_cli_args`` of python/sglang/srt/server_args.py of the 0.5.2x
+# development line, e.g. ``--cuda-graph-max-bs`` -> ``new_flag=
+# "--cuda-graph-max-bs-decode"``).  0.5.23 dropped those registrations, so
+# these spellings now fail with a bare "unrecognized arguments".
+# Value: the replacement, or None when the flag was retired without one.
+RETIRED_FLAGS: dict[str, str | None] = {
+    "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode",
+    "--cuda-graph-bs": "--cuda-graph-bs-decode",
+    "--mamba-scheduler-strategy": "--mamba-radix-cache-strategy",
+    "--stream-output": "--incremental-streaming-output",
+    "--nsa-prefill-backend": "--dsa-prefill-backend",
+    "--nsa-decode-backend": "--dsa-decode-backend",
+    "--nsa-prefill-cp-mode": "--cp-strategy",
+    "--speculative-dflash-draft-window-size": "--speculative-draft-window-size",
+    "--enable-breakable-cuda-graph": "--cuda-graph-backend-prefill=breakable",
+    "--disable-piecewise-cuda-graph": "--cuda-graph-backend-prefill=disabled",
+    # The torch.compile piecewise backend (tc_piecewise) itself is gone.
+    "--enforce-piecewise-cuda-graph": None,
+    "--piecewise-cuda-graph-tokens": "--cuda-graph-bs-prefill",
+    "--piecewise-cuda-graph-compiler": None,
+    "--piecewise-cuda-graph-max-tokens": "--cuda-graph-max-bs-prefill",
+    "--enable-nsa-prefill-context-parallel": "--enable-prefill-cp",
+    "--enable-prefill-context-parallel": "--enable-prefill-cp",
+    "--enable-gdn-replayssm-spec": "--enable-linear-replayssm-spec",
+    "--enable-expert-distribution-metrics": "--expert-balancedness-report-mode",
+    "--prefill-round-robin-balance": None,
+    "--collect-tokens-histogram": None,
+}
+
+# Environment variables an earlier SGLang read (the ``Envs`` registry and the
+# deprecated-alias shims of python/sglang/srt/environ.py of the 0.5.2x line;
+# SGLANG_ENABLE_SPEC_V2 was retired by "Retire Spec V1", PR #27964).  0.5.23
+# no longer mentions them anywhere, so setting them silently does nothing.
+# Value: the variable that now carries the setting, or None.
+RETIRED_ENV: dict[str, str | None] = {
+    "SGLANG_ENABLE_SPEC_V2": None,
+    "SGLANG_ENABLE_UNIFIED_RADIX_TREE": None,
+    "SGLANG_ENABLE_GRPC": None,
+    "SGLANG_SPEC_ENABLE_STRICT_FILTER_CHECK": None,
+    "SGLANG_CUTLASS_MOE": None,
+    "SGLANG_ENABLE_THINKING": "SGLANG_DEFAULT_THINKING",
+    "SGLANG_REASONING_EFFORT": "SGLANG_DSV4_REASONING_EFFORT",
+    "SGLANG_GC_LOG": "SGLANG_LOG_GC",
+    "SGLANG_USE_JIT_ALL_REDUCE": "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2",
+    "SGLANG_QUEUED_TIMEOUT_MS": "SGLANG_REQ_WAITING_TIMEOUT",
+    "SGLANG_FORWARD_TIMEOUT_MS": "SGLANG_REQ_RUNNING_TIMEOUT",
+}
+
+# The name argparse gives its own action classes, mapped to a stable kind.
+_ACTION_KINDS: dict[str, str] = {
+    "_StoreAction": "store",
+    "_StoreTrueAction": "store_true",
+    "_StoreFalseAction": "store_false",
+    "_StoreConstAction": "store_const",
+    "_AppendAction": "append",
+    "_AppendConstAction": "append_const",
+    "_CountAction": "count",
+    "_HelpAction": "help",
+    "_VersionAction": "version",
+    "BooleanOptionalAction": "boolean_optional",
+    "DeprecatedStoreTrueAction": "deprecated_store_true",
+    "DeprecatedStoreConstAction": "deprecated_store_const",
+    "DeprecatedAliasStoreAction": "deprecated_alias_store",
+    "DeprecatedAction": "deprecated",
+    "LoRAPathAction": "lora_paths",
+}
+
+# ``type=`` callables, by function name, mapped to what they accept.
+_TYPE_NAMES: dict[str, str] = {
+    "str": "str",
+    "int": "int",
+    "float": "float",
+    "loads": "json",  # json.loads
+    "json_list_type": "json_list",  # orjson.loads with its own error message
+    "human_readable_int": "human_readable_int",  # 1k, 2Mi, ...
+    "nullable_str": "nullable_str",  # "" / "None" -> None
+    "parse_cuda_graph_config_arg": "cuda_graph_config",  # JSON object per phase
+    "parse_cuda_graph_backend_arg": "cuda_graph_backend",  # rejects tc_piecewise
+}
+
+
+def _jsonable(value: Any) -> Any:
+    """Return ``value`` as plain JSON data, or raise if it has none."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(_jsonable(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items())}
+    if hasattr(value, "value") and not isinstance(value, (str, int, float, bool)):
+        return _jsonable(value.value)  # enum members
+    json.dumps(value, allow_nan=False)
+    return value
+
+
+def _action_kind(action: argparse.Action) -> str:
+    cls = type(action)
+    for klass in cls.__mro__:
+        kind = _ACTION_KINDS.get(klass.__name__)
+        if kind is not None:
+            # Plugin subclasses of the store action keep store semantics.
+            return kind
+    return "other:" + cls.__name__
+
+
+def _type_name(action: argparse.Action) -> str | None:
+    if action.type is None:
+        return None
+    name = getattr(action.type, "__name__", type(action.type).__name__)
+    return _TYPE_NAMES.get(name, "other:" + name)
+
+
+def _describe(action: argparse.Action, provided_by: str) -> dict[str, Any]:
+    nargs: Any = action.nargs
+    choices: Any = None
+    if action.choices is not None:
+        raw = list(action.choices)
+        # Sets have no stable order; lists keep theirs (argparse prints them).
+        choices = sorted(raw) if isinstance(action.choices, (set, frozenset)) else raw
+        choices = _jsonable(choices)
+    entry: dict[str, Any] = {
+        "option_strings": list(action.option_strings),
+        "dest": action.dest,
+        "action": _action_kind(action),
+        "nargs": nargs,
+        "type": _type_name(action),
+        "choices": choices,
+        "default": _jsonable(action.default),
+        "const": _jsonable(action.const),
+        "required": bool(action.required),
+        "provided_by": provided_by,
+    }
+    new_flag = getattr(action, "new_flag", None)
+    if new_flag is not None:
+        entry["deprecated_use_instead"] = new_flag
+    const_value = getattr(action, "const_value", None)
+    if const_value is not None:
+        entry["const"] = _jsonable(const_value)
+    return entry
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def _flags() -> list[dict[str, Any]]:
+    # Build once before and once after loading plugins; the difference is
+    # what installed plugins contribute.
+    base = {tuple(a.option_strings) for a in _build_parser()._actions}
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    parser = _build_parser()
+    out = []
+    for action in parser._actions:
+        key = tuple(action.option_strings)
+        out.append(_describe(action, "sglang" if key in base else _plugin_of(action)))
+    return out
+
+
+def _plugin_of(action: argparse.Action) -> str:
+    module = type(action).__module__.split(".")[0]
+    try:
+        from importlib.metadata import packages_distributions
+
+        dists = packages_distributions().get(module)
+        if dists:
+            return sorted(dists)[0]
+    except Exception:
+        pass
+    return module
+
+
+def _static_entry_classes(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets
+        ):
+            values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+            names += [v.id for v in values if isinstance(v, ast.Name)]
+    return names
+
+
+def _architectures(pkg: Path) -> tuple[list[str], list[str]]:
+    """Return (architectures, modules read statically)."""
+    import importlib
+
+    from sglang.srt.models.registry import ModelRegistry
+
+    archs = set(ModelRegistry.get_supported_archs())
+    static_only: list[str] = []
+    for path in sorted((pkg / "srt" / "models").glob("*.py")):
+        if path.name.startswith("_") or "EntryClass" not in path.read_text():
+            continue
+        modname = "sglang.srt.models." + path.stem
+        try:
+            importlib.import_module(modname)
+        except Exception:
+            static_only.append(path.stem)
+            archs.update(_static_entry_classes(path))
+    return sorted(archs), static_only
+
+
+def _speculative() -> tuple[list[str], dict[str, str]]:
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.speculative.spec_registry import _RESERVED_ALIASES
+
+    names = {m.name for m in SpeculativeAlgorithm if m.name != "NONE"}
+    aliases = {alias: SpeculativeAlgorithm.from_string(alias).name for alias in sorted(_RESERVED_ALIASES)}
+    return sorted(names | set(aliases)), aliases
+
+
+def _env_names(pkg: Path) -> list[str]:
+    pattern = re.compile(r"\b(?:SGLANG|SGL)_[A-Z0-9_]+")
+    names: set[str] = set()
+    for path in pkg.rglob("*.py"):
+        names.update(pattern.findall(path.read_text(errors="replace")))
+    return sorted(names)
+
+
+def _deprecated_env() -> dict[str, str]:
+    from sglang.srt import environ
+
+    out = {}
+    for name, dep in sorted(environ._DEPRECATED_ENVS.items()):
+        message = f"Environment variable {name} is deprecated."
+        if dep.replacement is not None:
+            message += f" Please use {dep.replacement} instead."
+        if dep.note is not None:
+            message += f" {dep.note}"
+        out[name] = message
+    return out
+
+
+def _cuda_graph_config_keys() -> dict[str, list[str]]:
+    from sglang.srt.model_executor.cuda_graph_config import ALLOWED_KEYS_PER_PHASE
+
+    return {phase: list(keys) for phase, keys in sorted(ALLOWED_KEYS_PER_PHASE.items())}
+
+
+def _record_only_fields(flags: list[dict[str, Any]]) -> dict[str, Any]:
+    """ServerArgs fields with no command-line flag, with their defaults.
+
+    ``/server_info`` reports every field of the record, these included.
+    """
+    import msgspec
+    from sglang.srt.arg_groups.arg_utils import record_fields
+    from sglang.srt.server_args import ServerArgs
+
+    dests = {f["dest"] for f in flags}
+    out: dict[str, Any] = {}
+    for field in record_fields(ServerArgs):
+        if field.name in dests or field.name.startswith("_"):
+            continue
+        default = field.default
+        if default is msgspec.NODEFAULT and field.default_factory is not msgspec.NODEFAULT:
+            default = field.default_factory()
+        try:
+            out[field.name] = _jsonable(default)
+        except (TypeError, ValueError):
+            out[field.name] = None
+    return dict(sorted(out.items()))
+
+
+def _non_field_dests(flags: list[dict[str, Any]]) -> list[str]:
+    """Parser destinations that ``ServerArgs.from_cli_args`` drops."""
+    from sglang.srt.arg_groups.arg_utils import record_fields
+    from sglang.srt.server_args import ServerArgs
+
+    fields = {field.name for field in record_fields(ServerArgs)}
+    return sorted({f["dest"] for f in flags if f["dest"] not in fields} - {"help"})
+
+
+def _verify_retired_flags(flags: list[dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
+    known = {opt for f in flags for opt in f["option_strings"]}
+    renamed: dict[str, str] = {}
+    removed: list[str] = []
+    for old, new in sorted(RETIRED_FLAGS.items()):
+        if old in known:
+            raise SystemExit(f"{old} is still accepted; drop it from RETIRED_FLAGS")
+        if new is None:
+            removed.append(old)
+            continue
+        if new.split("=", 1)[0] not in known:
+            raise SystemExit(f"replacement {new} of {old} is not a flag of this release")
+        renamed[old] = new
+    return renamed, removed
+
+
+def _verify_retired_env(env_names: list[str]) -> tuple[list[str], dict[str, str]]:
+    present = set(env_names)
+    replacements = {}
+    for old, new in sorted(RETIRED_ENV.items()):
+        if old in present:
+            raise SystemExit(f"{old} is still referenced; drop it from RETIRED_ENV")
+        if new is not None:
+            if new not in present:
+                raise SystemExit(f"replacement {new} of {old} is unknown to this release")
+            replacements[old] = new
+    return sorted(RETIRED_ENV), replacements
+
+
+def main() -> int:
+    for name in ("SGLANG_KV_CANARY_ENABLE_TOKEN_ORACLE", "SGLANG_PLUGINS", "SGLANG_PLATFORM"):
+        if os.environ.get(name):
+            print(f"unset {name}: it changes the parser", file=sys.stderr)
+            return 2
+    logging.disable(logging.WARNING)
+    import warnings
+
+    warnings.simplefilter("ignore")
+
+    import sglang
+
+    pkg = Path(sglang.__file__).resolve().parent
+    flags = _flags()
+    archs, static_only = _architectures(pkg)
+    algorithms, aliases = _speculative()
+    env_names = _env_names(pkg)
+    renamed, removed = _verify_retired_flags(flags)
+    removed_env, env_replacements = _verify_retired_env(env_names)
+    plugins = sorted({f["provided_by"] for f in flags} - {"sglang"})
+
+    data = {
+        "sglang_version": sglang.__version__,
+        "source": (
+            f"Extracted by simulator/tools/extract_sglang_facts.py from the installed "
+            f"sglang {sglang.__version__} wheel: flags from "
+            "sglang.srt.server_args.ServerArgs.add_cli_args on "
+            "argparse.ArgumentParser(prog='sglang serve') after "
+            "sglang.srt.plugins.load_plugins() (plugins: "
+            + (", ".join(plugins) or "none")
+            + "); architectures from sglang.srt.models.registry.ModelRegistry"
+            + (
+                " plus the EntryClass of modules not importable on CPU (" + ", ".join(static_only) + ")"
+                if static_only
+                else ""
+            )
+            + "; speculative algorithms from sglang.srt.speculative.spec_info; "
+            "environment names from the package source; renamed/removed flags and "
+            "environment variables from the deprecation registrations of the 0.5.2x "
+            "development line, verified absent from this release."
+        ),
+        "flags": flags,
+        "cuda_graph_config_keys": _cuda_graph_config_keys(),
+        "record_only_fields": _record_only_fields(flags),
+        "non_field_dests": _non_field_dests(flags),
+        "renamed_flags": renamed,
+        "removed_flags": removed,
+        "removed_environment": removed_env,
+        "removed_environment_replacements": env_replacements,
+        "deprecated_environment": _deprecated_env(),
+        "environment_names": env_names,
+        "architectures": archs,
+        "speculative_algorithms": algorithms,
+        "speculative_algorithm_aliases": aliases,
+    }
+    out = (
+        Path(__file__).resolve().parent.parent
+        / "src"
+        / "sglang_simulator"
+        / "data"
+        / f"sglang-{sglang.__version__}.json"
+    )
+    out.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    print(f"wrote {out}: {len(flags)} flags, {len(archs)} architectures", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

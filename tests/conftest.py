@@ -1,0 +1,98 @@
+"""Shared fixtures: the repository's roles, inventories and fixtures as the tests see them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from jinja2.nativetypes import NativeEnvironment
+
+ROOT = Path(__file__).resolve().parent.parent
+for plugin_dir in sorted(ROOT.glob("roles/*/filter_plugins")) + sorted(ROOT.glob("roles/*/library")):
+    sys.path.insert(0, str(plugin_dir))
+
+MODEL_FIXTURE = ROOT / "tests/fixtures/models/Qwen3.6-27B"
+GPU_SHAPES = {"ct129": (2, "NVIDIA RTX A6000", 49140), "b200": (7, "NVIDIA B200", 183359)}
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="session")
+def support_table() -> dict[str, Any]:
+    table: dict[str, Any] = json.loads((ROOT / "roles/sglang/files/sglang-0.5.23.json").read_text())
+    return table
+
+
+def plan_settings(host: str, **overrides: Any) -> dict[str, Any]:
+    """`sglang_plan_settings` as Ansible builds it for a production host, with variables overridden."""
+    variables = {
+        **load_yaml(ROOT / "roles/sglang/defaults/main.yml"),
+        **load_yaml(ROOT / f"inventory/production/host_vars/{host}.yml"),
+        "inventory_hostname": host,
+        **overrides,
+    }
+    template = load_yaml(ROOT / "roles/sglang/vars/main.yml")["sglang_plan_settings"]
+    environment = NativeEnvironment()
+    return {key: environment.from_string(str(value)).render(**variables) for key, value in template.items()}
+
+
+def stand_in_model(directory: Path) -> Path:
+    """The Qwen3.6-27B stand-in: real config and index, sparse shards of the declared total size."""
+    import testhost  # roles/testhost/filter_plugins
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "model.safetensors.index.json"):
+        (directory / name).write_text((MODEL_FIXTURE / name).read_text())
+    for shard in testhost.testhost_shards({"fixture": str(MODEL_FIXTURE), "path": str(directory)}):
+        with open(shard["path"], "wb") as handle:
+            handle.truncate(shard["size"])
+    return directory
+
+
+def host_facts(host: str, model: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """Facts as sglang_host_facts reports them for a healthy host of that shape."""
+    count, name, memory = GPU_SHAPES[host]
+    facts = {
+        "gpus": [
+            {"index": i, "uuid": f"GPU-{host}-{i}", "name": name, "memory_total_mib": memory, "memory_used_mib": 0}
+            for i in range(count)
+        ],
+        "gpu_processes": [],
+        "gpu_error": None,
+        "driver_version": "580.95.05",
+        "memtotal_mb": 755712 if host == "b200" else 257000,
+        "glibc_version": "2.36",
+        "listening": [],
+        "model": model,
+    }
+    facts.update(overrides)
+    return facts
+
+
+@pytest.fixture(scope="session")
+def model_facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    import sglang_model_facts
+
+    directory = stand_in_model(tmp_path_factory.mktemp("models") / "Qwen3.6-27B")
+    facts: dict[str, Any] = sglang_model_facts.describe(str(directory), {})
+    return facts
+
+
+@pytest.fixture
+def plan(support_table: dict[str, Any], model_facts: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+    """plan(host, facts_overrides={...}, **variable_overrides) -> {"instances", "problems"}."""
+    from sglang_plan import sglang_plan
+
+    def run(host: str, facts: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
+        settings = plan_settings(host, **overrides)
+        result: dict[str, Any] = sglang_plan(settings, host_facts(host, model_facts, **(facts or {})), support_table)
+        return result
+
+    return run

@@ -1,0 +1,117 @@
+"""Flag parsing parity with the real SGLang 0.5.23 parser."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglang_simulator.args import build_parser, parse_args, retired_flag_hints
+from sglang_simulator.facts import load_facts
+
+from .simkit import Env, run_sim
+
+GOLDEN = json.loads((Path(__file__).parent / "data" / "parser_golden.json").read_text())
+
+CT129 = [
+    "--model-path", "/models/ct129", "--tp-size", "2",
+    "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "1",
+    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "2",
+    "--dtype", "bfloat16", "--trust-remote-code", "--port", "30000",
+    "--host", "127.0.0.1", "--nccl-port", "31000",
+]  # fmt: skip
+B200 = [
+    "--model-path", "/models/b200",
+    "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+    "--mamba-radix-cache-strategy", "extra_buffer", "--mem-fraction-static", "0.90",
+    "--max-running-requests", "512", "--context-length", "8192",
+    "--enable-hierarchical-cache", "--hicache-size", "80",
+    "--cuda-graph-max-bs-decode", "512", "--reasoning-parser", "qwen3",
+    "--tool-call-parser", "qwen3_coder", "--trust-remote-code",
+]  # fmt: skip
+
+
+def _parse(argv: list[str]) -> tuple[int, list[str], dict[str, Any] | None]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            parsed = vars(build_parser().parse_args(argv))
+        except SystemExit as exc:
+            return int(exc.code or 0), err.getvalue().splitlines(), None
+    return 0, err.getvalue().splitlines(), json.loads(json.dumps(parsed))
+
+
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=[c["name"] for c in GOLDEN["cases"]])
+def test_matches_real_parser(case: dict[str, Any]) -> None:
+    """Same exit code, same error line, same namespace as the recorded real parser."""
+    code, lines, parsed = _parse(case["argv"])
+    assert code == case["exit_code"]
+    if code:
+        assert case["error"] in lines
+    else:
+        assert parsed == {**GOLDEN["defaults"], **case["parsed"]}
+        assert [line for line in lines if line.strip()] == case["warnings"]
+
+
+def test_golden_was_recorded_from_the_pinned_release() -> None:
+    assert GOLDEN["sglang_version"] == load_facts().sglang_version == "0.5.23"
+
+
+@pytest.mark.parametrize(
+    ("argv", "replacement"),
+    [
+        (["--cuda-graph-max-bs", "512"], "--cuda-graph-max-bs-decode"),
+        (["--mamba-scheduler-strategy", "extra_buffer"], "--mamba-radix-cache-strategy"),
+        (["--mamba-scheduler-strategy=extra_buffer"], "--mamba-radix-cache-strategy"),
+    ],
+)
+def test_renamed_flag_names_its_replacement(argv: list[str], replacement: str) -> None:
+    code, lines, _ = _parse(["--model-path", "/m", *argv])
+    assert code == 2
+    old = argv[0].split("=")[0]
+    assert f"sglang serve: error: {old} was removed in SGLang 0.5.23; use {replacement}" in lines
+
+
+def test_removed_flag_without_replacement() -> None:
+    hints = retired_flag_hints(["--collect-tokens-histogram"], load_facts())
+    assert hints == ["--collect-tokens-histogram was removed in SGLang 0.5.23 without a replacement"]
+
+
+def test_unknown_and_ambiguous_exit_2() -> None:
+    assert _parse(["--model-path", "/m", "--bogus"])[0] == 2
+    code, lines, _ = _parse(["--model-path", "/m", "--enable"])
+    assert code == 2 and "ambiguous option: --enable could match" in lines[-1]
+
+
+def test_production_command_lines_parse() -> None:
+    ct129 = parse_args(CT129)
+    assert (ct129["tp_size"], ct129["speculative_algorithm"], ct129["nccl_port"]) == (2, "NEXTN", 31000)
+    b200 = parse_args(B200)
+    assert b200["mamba_radix_cache_strategy"] == "extra_buffer"
+    assert b200["cuda_graph_max_bs_decode"] == 512 and b200["hicache_size"] == 80
+    assert b200["mem_fraction_static"] == 0.9 and b200["context_length"] == 8192
+
+
+def test_config_file_is_rejected(sim_env: Env) -> None:
+    result = run_sim(
+        "sglang_simulator.check_args", ["--model-path", "/m", "--config", "x.yaml"], sim_env.environ()
+    )
+    assert result.returncode == 2
+    assert "--config (a YAML file of options) is not supported" in result.stderr
+
+
+def test_check_args_cli(sim_env: Env) -> None:
+    ok = run_sim("sglang_simulator.check_args", CT129, sim_env.environ())
+    assert ok.returncode == 0, ok.stderr
+    settings = json.loads(ok.stdout)
+    assert settings["speculative_num_draft_tokens"] == 2 and settings["port"] == 30000
+    assert "config" not in settings and "metrics_port" not in settings  # not ServerArgs fields
+    bad = run_sim("sglang_simulator.check_args", [*B200, "--cuda-graph-max-bs", "8"], sim_env.environ())
+    assert bad.returncode == 2
+    assert "ambiguous option: --cuda-graph-max-bs could match" in bad.stderr
+    assert "use --cuda-graph-max-bs-decode" in bad.stderr

@@ -1,0 +1,148 @@
+"""Startup resolution and the failures real SGLang would hit."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from sglang_simulator.args import parse_args
+from sglang_simulator.checks import Plan, place_launch, resolve_launch
+from sglang_simulator.errors import StartupError
+from sglang_simulator.facts import load_facts
+from sglang_simulator.knobs import Knobs
+from sglang_simulator.resolve import resolve_memory
+
+from .simkit import B200_MIB, GIB, Env, make_model, run_sim, write_gpus
+
+LOG = logging.LoggerAdapter(logging.getLogger("test"), {"rank": ""})
+
+
+def plan_for(env: Env, argv: list[str], cuda_visible: str | None = None) -> Plan:
+    facts = load_facts()
+    knob = Knobs(gpus_file=env.gpus_file, state_dir=env.state_dir)
+    resolved = resolve_launch(parse_args(argv, facts), knob, facts, LOG)
+    environ = {} if cuda_visible is None else {"CUDA_VISIBLE_DEVICES": cuda_visible}
+    plan = place_launch(resolved, knob, environ, facts, LOG)
+    if plan.memory_error is not None:
+        raise plan.memory_error
+    return plan
+
+
+def test_nextn_is_reported_as_eagle_and_topk1_forces_draft_tokens(sim_env: Env, model_dir: Path) -> None:
+    plan = plan_for(
+        sim_env,
+        [
+            *("--model-path", str(model_dir), "--tp-size", "2", "--speculative-algorithm", "NEXTN"),
+            *("--speculative-num-steps", "1", "--speculative-eagle-topk", "1"),
+            *("--speculative-num-draft-tokens", "5"),
+        ],
+    )
+    s = plan.settings
+    assert s["speculative_algorithm"] == "EAGLE"
+    assert (s["speculative_num_steps"], s["speculative_eagle_topk"], s["speculative_num_draft_tokens"]) == (
+        1,
+        1,
+        2,
+    )
+    assert s["max_running_requests"] == 48  # unset -> 48 with speculative decoding
+    assert plan.accept_length is not None and 1.0 < plan.accept_length <= 2.0
+
+
+def test_auto_speculative_params(sim_env: Env, model_dir: Path) -> None:
+    plan = plan_for(sim_env, ["--model-path", str(model_dir), "--speculative-algorithm", "EAGLE"])
+    s = plan.settings
+    assert (s["speculative_num_steps"], s["speculative_eagle_topk"], s["speculative_num_draft_tokens"]) == (
+        3,
+        1,
+        4,
+    )
+    llama = make_model(sim_env.tmp / "llama", architecture="LlamaForCausalLM", total_size=16 * GIB)
+    plan = plan_for(sim_env, ["--model-path", str(llama), "--speculative-algorithm", "EAGLE3"])
+    assert plan.settings["speculative_num_steps"] == 5 and plan.settings["speculative_eagle_topk"] == 4
+
+
+def test_speculative_assertion(sim_env: Env, model_dir: Path) -> None:
+    argv = [
+        "--model-path",
+        str(model_dir),
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-eagle-topk",
+        "1",
+    ]
+    with pytest.raises(StartupError) as info:
+        plan_for(sim_env, argv)
+    assert str(info.value) == "AssertionError"
+    assert "--speculative-num-steps is unset" in info.value.details[0]
+
+
+def test_unknown_architecture(sim_env: Env, tmp_path: Path) -> None:
+    model = make_model(tmp_path / "odd", architecture="NotARealModelForCausalLM")
+    with pytest.raises(StartupError, match=re.escape("Cannot find model module. 'NotARealModelForCausalLM'")):
+        plan_for(sim_env, ["--model-path", str(model)])
+
+
+def test_missing_config_json(sim_env: Env, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StartupError, match=re.escape("does not appear to have a file named config.json")):
+        plan_for(sim_env, ["--model-path", str(tmp_path / "empty")])
+
+
+def test_weights_do_not_fit(sim_env: Env, tmp_path: Path) -> None:
+    write_gpus(sim_env.gpus_file, count=2, memory_mib=81559, name="NVIDIA H100 80GB HBM3")
+    model = make_model(tmp_path / "big", total_size=160 * GIB)
+    with pytest.raises(StartupError) as info:  # tp 1: 149 GiB of weights on an 80 GB GPU
+        plan_for(sim_env, ["--model-path", str(model)])
+    assert "CUDA out of memory" in str(info.value) and "Weights need 149.01 GiB" in info.value.details[0]
+    with pytest.raises(StartupError) as info:  # tp 2: 74.5 GiB each, more than 0.85 x 79.6 GiB
+        plan_for(sim_env, ["--model-path", str(model), "--tp-size", "2"])
+    assert "Loaded weights leave no GPU memory for the KV cache" in str(info.value)
+    assert "Needed 74.51 GiB of weights per GPU, available" in info.value.details[0]
+
+
+def test_missing_mtp_weights(sim_env: Env, tmp_path: Path) -> None:
+    model = make_model(tmp_path / "no-mtp", mtp=False)
+    with pytest.raises(StartupError, match="has no MTP weights"):
+        plan_for(sim_env, ["--model-path", str(model), "--speculative-algorithm", "NEXTN"])
+    draft = make_model(tmp_path / "draft", total_size=2 * GIB)
+    plan = plan_for(
+        sim_env,
+        [
+            "--model-path",
+            str(model),
+            "--speculative-algorithm",
+            "EAGLE",
+            "--speculative-draft-model-path",
+            str(draft),
+        ],
+    )
+    assert plan.draft is not None and plan.settings["speculative_draft_model_revision"] == "main"
+
+
+def test_cuda_visible_devices(sim_env: Env, model_dir: Path) -> None:
+    argv = ["--model-path", str(model_dir), "--tp-size", "2"]
+    assert [g.index for g in plan_for(sim_env, argv, cuda_visible="1,0").gpus] == [1, 0]
+    with pytest.raises(StartupError, match="invalid device ordinal"):
+        plan_for(sim_env, argv, cuda_visible="0,5")  # CUDA stops at the unknown 5
+    with pytest.raises(StartupError, match="invalid device ordinal"):
+        plan_for(sim_env, ["--model-path", str(model_dir), "--tp-size", "4"])
+    with pytest.raises(StartupError, match="No CUDA GPUs are available"):
+        plan_for(sim_env, argv, cuda_visible="")
+
+
+def test_auto_mem_fraction_b200() -> None:
+    settings: dict[str, object] = {"tp_size": 1, "pp_size": 1, "mem_fraction_static": None}
+    plan = resolve_memory(settings, B200_MIB)
+    assert plan.mem_fraction_is_auto and plan.chunked_prefill_size == 16384 and plan.decode_max_bs == 512
+    assert 0.8 < plan.mem_fraction_static < 0.9
+
+
+def test_startup_failure_exit_code_and_message(sim_env: Env, tmp_path: Path) -> None:
+    model = make_model(tmp_path / "odd", architecture="NotARealModelForCausalLM")
+    result = run_sim("sglang_simulator", ["--model-path", str(model)], sim_env.environ())
+    assert result.returncode == 1
+    assert "Scheduler hit an exception: ValueError: Cannot find model module." in result.stderr
+    assert "server_args={" in result.stderr

@@ -1,0 +1,86 @@
+"""Instance derivation: the one data model every role uses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Plan = Callable[..., dict[str, Any]]
+
+
+def flag_value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_b200_is_seven_single_gpu_instances_on_consecutive_ports(plan: Plan) -> None:
+    result = plan("b200")
+    assert result["problems"] == []
+    instances = result["instances"]
+    assert [i["name"] for i in instances] == [f"sglang-{30000 + i}" for i in range(7)]
+    for index, instance in enumerate(instances):
+        assert instance["gpu_ids"] == [index]
+        assert instance["environment"]["CUDA_VISIBLE_DEVICES"] == str(index)
+        assert flag_value(instance["argv"], "--port") == str(30000 + index)
+        assert flag_value(instance["argv"], "--nccl-port") == str(31000 + index)
+        assert instance["unit"] == f"sglang-{30000 + index}.service"
+        assert instance["url"] == f"http://127.0.0.1:{30000 + index}"
+
+
+def test_b200_renders_eagle_and_the_renamed_flags_of_0_5_23(plan: Plan) -> None:
+    argv = plan("b200")["instances"][0]["argv"]
+    assert flag_value(argv, "--speculative-algorithm") == "EAGLE"
+    assert flag_value(argv, "--speculative-num-steps") == "3"
+    assert flag_value(argv, "--speculative-eagle-topk") == "1"
+    assert flag_value(argv, "--speculative-num-draft-tokens") == "4"
+    assert flag_value(argv, "--mamba-radix-cache-strategy") == "extra_buffer"
+    assert flag_value(argv, "--cuda-graph-max-bs-decode") == "512"
+    assert flag_value(argv, "--mem-fraction-static") == "0.9"
+    assert "--enable-hierarchical-cache" in argv and "--trust-remote-code" in argv
+    assert "--cuda-graph-max-bs" not in argv and "--mamba-scheduler-strategy" not in argv
+
+
+def test_ct129_is_one_tensor_parallel_instance_over_both_gpus(plan: Plan) -> None:
+    result = plan("ct129")
+    assert result["problems"] == []
+    (instance,) = result["instances"]
+    assert instance["gpu_ids"] == [0, 1]
+    assert instance["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert flag_value(instance["argv"], "--tp-size") == "2"
+    assert flag_value(instance["argv"], "--speculative-algorithm") == "NEXTN"
+    assert instance["speculative"]["reported_algorithm"] == "EAGLE"
+    assert flag_value(instance["argv"], "--dtype") == "bfloat16"
+
+
+def test_an_instance_override_changes_that_instance_only(plan: Plan) -> None:
+    before = plan("b200")["instances"]
+    after = plan("b200", sglang_instance_overrides={3: {"server_args": {"max-running-requests": 256}}})["instances"]
+    changed = [a["name"] for a, b in zip(after, before, strict=True) if a["argv"] != b["argv"]]
+    assert changed == ["sglang-30003"]
+    assert flag_value(after[3]["argv"], "--max-running-requests") == "256"
+
+
+def test_a_new_host_shape_needs_only_its_variables(plan: Plan) -> None:
+    result = plan(
+        "b200",
+        sglang_gpus_per_instance=2,
+        sglang_tensor_parallel_size=2,
+        sglang_gpu_ids=[1, 2, 3, 4, 5, 6],
+        sglang_port_base=40000,
+        sglang_nccl_port_base=41000,
+    )
+    assert result["problems"] == []
+    assert [i["gpu_ids"] for i in result["instances"]] == [[1, 2], [3, 4], [5, 6]]
+    assert [i["port"] for i in result["instances"]] == [40000, 40001, 40002]
+
+
+def test_instance_count_limits_the_instances(plan: Plan) -> None:
+    assert len(plan("b200", sglang_instance_count=3)["instances"]) == 3
+
+
+def test_environment_reaches_every_instance(plan: Plan) -> None:
+    instances = plan("b200", sglang_environment={"NCCL_DEBUG": "WARN"})["instances"]
+    assert all(i["environment"]["NCCL_DEBUG"] == "WARN" for i in instances)
+
+
+def test_derivation_is_deterministic(plan: Plan) -> None:
+    assert plan("b200") == plan("b200")

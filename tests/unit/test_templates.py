@@ -1,0 +1,70 @@
+"""The unit and environment file templates, rendered from the planned instances."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+from ansible.plugins.filter.core import FilterModule as CoreFilters
+from conftest import ROOT
+from systemd import FilterModule as SystemdFilters
+
+Plan = Callable[..., dict[str, Any]]
+SERVER = ROOT / "roles/sglang_server"
+
+
+def render(name: str, **variables: Any) -> str:
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(SERVER / "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        keep_trailing_newline=True,
+    )
+    environment.filters.update(CoreFilters().filters())
+    environment.filters.update(SystemdFilters().filters())
+    defaults = yaml.safe_load((SERVER / "defaults/main.yml").read_text())
+    context = {
+        **defaults,
+        "ansible_managed": "Managed by Ansible",
+        "sglang_venv_runtime": "sglang",
+        "sglang_venv_launcher": {"sglang": ["/opt/sglang/sglang-0.5.23/bin/python", "-m", "sglang.launch_server"]},
+        "sglang_server_base_environment": {"CUDA_HOME": "/usr/local/cuda", "HOME": "/var/lib/sglang"},
+        **variables,
+    }
+    return environment.get_template(name).render(**context)
+
+
+def unit_lines(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+
+@pytest.mark.parametrize("host", ["ct129", "b200"])
+def test_unit_runs_the_planned_command_line(plan: Plan, host: str) -> None:
+    for instance in plan(host)["instances"]:
+        text = render("sglang.service.j2", sglang_server_instance=instance)
+        assert text.startswith("#\n# Managed by Ansible\n#\n")
+        unit = unit_lines(text)
+        argv = shlex.split(unit["ExecStart"])
+        assert argv[:3] == ["/opt/sglang/sglang-0.5.23/bin/python", "-m", "sglang.launch_server"]
+        assert argv[3:] == instance["argv"]
+        assert unit["EnvironmentFile"] == f"/etc/sglang-fleet/{instance['name']}.env"
+        assert unit["Restart"] == "on-failure"
+        assert unit["KillMode"] == "control-group"
+        assert unit["User"] == "sglang"
+        assert unit["SyslogIdentifier"] == instance["name"]
+        assert "nohup" not in text and "/bin/sh" not in text
+
+
+def test_environment_file_has_the_instance_gpus_and_the_base(plan: Plan) -> None:
+    instance = plan("b200", sglang_environment={"NCCL_DEBUG": "WARN", "GREETING": "hello world"})["instances"][5]
+    text = render("sglang.env.j2", sglang_server_instance=instance)
+    values = unit_lines(text)
+    assert values["CUDA_VISIBLE_DEVICES"] == "5"
+    assert values["CUDA_HOME"] == "/usr/local/cuda"
+    assert values["NCCL_DEBUG"] == "WARN"
+    assert values["GREETING"] == '"hello world"'
+    assert list(values) == sorted(values), "sorted, so a rendering is stable"
