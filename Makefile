@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule test
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration test
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ unit: venv ## pytest: instance derivation, templates, modules, simulator
 	pytest tests/unit tests/simulator
 
 molecule: venv docker ## Molecule scenarios on local systemd containers
-	molecule test --all
+	TESTHOST_IMAGE=$$(scripts/testhost-image.sh) molecule test --all
 
-test: lint unit molecule ## Everything CI runs
+integration: venv docker ## pytest + ansible-runner against the sandbox hosts (started if absent)
+	pytest tests/integration
+
+test: lint unit molecule integration ## Everything CI runs

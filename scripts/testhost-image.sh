@@ -28,7 +28,10 @@ debian_mirror() {
   echo "$uri"
 }
 
-command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >&2
+if ! command -v debootstrap >/dev/null; then
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >&2
+fi
 
 rootfs=$(mktemp -d /var/tmp/testhost-rootfs.XXXXXX)
 trap 'rm -rf "$rootfs"' EXIT

@@ -592,26 +592,26 @@ def _variable_of(instance: Mapping[str, Any], flag: str) -> tuple[str, Any]:
     return "command line", flag
 
 
-def sglang_parse_problems(results: Sequence[Mapping[str, Any]], host: str) -> list[str]:
-    """One problem line per instance whose command line the runtime's own parser refused."""
+def sglang_parse_problems(instances: Sequence[Mapping[str, Any]], checked: Mapping[str, Any], host: str) -> list[str]:
+    """One problem line per instance whose command line the runtime's own parser refused.
+
+    `checked` is the registered result of files/check_server_args.py ({name: {rc, error}} on stdout).
+    Only argparse's refusal (rc 2) counts: a parser that could not run at all means a venv the deploy
+    is about to repair, which is no reason to refuse the deploy.
+    """
+    if checked.get("rc") != 0 or not checked.get("stdout"):
+        return []
+    verdicts = json.loads(checked["stdout"])
     plan = Plan(host=host)
-    for result in results:
-        # argparse exits 2 on a refused command line; other failures mean the parser could not run (a venv
-        # the deploy is about to repair), which is no reason to refuse the deploy.
-        if result.get("rc") != 2:
+    for instance in instances:
+        verdict = verdicts.get(instance["name"], {})
+        if verdict.get("rc") != 2:
             continue
-        instance = result["item"]
-        lines = [line.strip() for line in str(result.get("stderr", "")).splitlines() if line.strip()]
-        message = lines[-1] if lines else f"parser exited {result['rc']}"
+        lines = [line.strip() for line in str(verdict.get("error", "")).splitlines() if line.strip()]
+        message = " ".join(line for line in lines if "error:" in line) or (lines[-1] if lines else "exit 2")
         flags = re.findall(r"--[A-Za-z0-9][\w-]*", message)
-        variable, value = _variable_of(instance, flags[-1]) if flags else ("command line", None)
-        plan.problem(
-            f"instance {instance['name']}",
-            variable,
-            value,
-            f"SGLang's parser refused it: {message}",
-            "correct or remove that setting",
-        )
+        variable, value = _variable_of(instance, flags[0]) if flags else ("command line", None)
+        plan.problem(f"instance {instance['name']}", variable, value, f"SGLang's parser refused it: {message}", "correct or remove that setting")
     return plan.problems
 
 

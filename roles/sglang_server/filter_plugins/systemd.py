@@ -31,8 +31,22 @@ def systemd_env_quote(value: Any) -> str:
     return text
 
 
+def systemd_show_states(output: str) -> dict[str, dict[str, str]]:
+    """`systemctl show --property=Id,... unit...` output as {unit: {property: value}}."""
+    states: dict[str, dict[str, str]] = {}
+    for block in output.strip().split("\n\n"):
+        properties = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if properties.get("Id"):
+            states[properties["Id"]] = properties
+    return states
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"systemd_exec_quote": systemd_exec_quote, "systemd_env_quote": systemd_env_quote}
+        return {
+            "systemd_exec_quote": systemd_exec_quote,
+            "systemd_env_quote": systemd_env_quote,
+            "systemd_show_states": systemd_show_states,
+        }

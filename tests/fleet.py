@@ -1,0 +1,108 @@
+"""Driving the fleet's playbooks from tests and benchmarks: ansible-runner, read through its events."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SANDBOX_INVENTORY = ROOT / "inventory/sandbox"
+CONTAINERS = {"ct129": "sglang-sandbox-ct129", "b200": "sglang-sandbox-b200"}
+
+
+@dataclass
+class Run:
+    """One playbook run: its exit code and every event ansible-runner recorded."""
+
+    rc: int
+    status: str
+    events: list[dict[str, Any]]
+
+    def results(self, kind: str = "runner_on_ok") -> list[dict[str, Any]]:
+        return [e["event_data"] for e in self.events if e.get("event") == kind]
+
+    def changed(self) -> list[tuple[str, str, str]]:
+        """(host, task, item label) of every change, loop items one by one."""
+        found = []
+        for data in self.results("runner_on_ok") + self.results("runner_item_on_ok"):
+            result = data.get("res", {})
+            if result.get("changed") and not result.get("results"):
+                label = result.get("_ansible_item_label") or result.get("name", "")
+                found.append((data["host"], data["task"], str(label)))
+        return found
+
+    def changed_count(self) -> int:
+        stats = [e["event_data"] for e in self.events if e.get("event") == "playbook_on_stats"]
+        return sum(stats[-1].get("changed", {}).values()) if stats else 0
+
+    def failure_messages(self) -> list[str]:
+        messages = []
+        for data in self.results("runner_on_failed") + self.results("runner_on_unreachable"):
+            message = data.get("res", {}).get("msg", "")
+            messages.extend(message if isinstance(message, list) else str(message).splitlines())
+        return messages
+
+
+def run_playbook(
+    playbook: str,
+    inventory: Path = SANDBOX_INVENTORY,
+    extravars: dict[str, Any] | None = None,
+    limit: str | None = None,
+    tags: str | None = None,
+    cmdline: str | None = None,
+) -> Run:
+    with tempfile.TemporaryDirectory(prefix="sglang-fleet-runner-") as private:
+        runner = ansible_runner.run(
+            private_data_dir=private,
+            project_dir=str(ROOT),
+            playbook=str(ROOT / playbook),
+            inventory=str(inventory),
+            extravars=extravars or {},
+            limit=limit,
+            tags=tags,
+            cmdline=cmdline,
+            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+            quiet=True,
+        )
+        return Run(rc=int(runner.rc), status=str(runner.status), events=list(runner.events))
+
+
+def overlay_inventory(directory: Path, host_vars: dict[str, dict[str, Any]] | None = None, group_vars: dict[str, Any] | None = None) -> Path:
+    """A copy of the sandbox inventory (links resolved) with variables merged over its files."""
+    target = directory / "inventory"
+    shutil.copytree(SANDBOX_INVENTORY, target, symlinks=False)
+    for host, variables in (host_vars or {}).items():
+        path = target / "host_vars" / f"{host}.yml"
+        merged = {**(yaml.safe_load(path.read_text()) or {}), **variables}
+        path.write_text(yaml.safe_dump(merged, sort_keys=False))
+    if group_vars:
+        path = target / "group_vars" / "all.yml"
+        merged = {**(yaml.safe_load(path.read_text()) or {}), **group_vars}
+        path.write_text(yaml.safe_dump(merged, sort_keys=False))
+    return target
+
+
+def on_host(host: str, *command: str) -> str:
+    """Runs a command inside a sandbox host and returns its stdout."""
+    return subprocess.run(["docker", "exec", CONTAINERS[host], *command], capture_output=True, text=True, check=True).stdout
+
+
+def unit_starts(host: str) -> dict[str, str]:
+    """When each SGLang unit on the host last entered 'active' (changes on every restart)."""
+    units = on_host(host, "systemctl", "list-units", "--plain", "--no-legend", "--all", "sglang-*.service").split()
+    names = [word for word in units if word.startswith("sglang-") and word.endswith(".service")]
+    starts = {}
+    for name in names:
+        starts[name] = on_host(host, "systemctl", "show", "--property=ActiveEnterTimestampMonotonic", "--value", name).strip()
+    return starts
+
+
+def file_digests(host: str, pattern: str = "/etc/systemd/system/sglang-*.service /etc/sglang-fleet/*.env") -> str:
+    return on_host(host, "sh", "-c", f"sha256sum {pattern} 2>/dev/null || true")
