@@ -43,7 +43,7 @@ class Run:
         return sum(stats[-1].get("changed", {}).values()) if stats else 0
 
     def failure_messages(self) -> list[str]:
-        messages = []
+        messages: list[str] = []
         for data in self.results("runner_on_failed") + self.results("runner_on_unreachable"):
             message = data.get("res", {}).get("msg", "")
             messages.extend(message if isinstance(message, list) else str(message).splitlines())
@@ -74,7 +74,9 @@ def run_playbook(
         return Run(rc=int(runner.rc), status=str(runner.status), events=list(runner.events))
 
 
-def overlay_inventory(directory: Path, host_vars: dict[str, dict[str, Any]] | None = None, group_vars: dict[str, Any] | None = None) -> Path:
+def overlay_inventory(
+    directory: Path, host_vars: dict[str, dict[str, Any]] | None = None, group_vars: dict[str, Any] | None = None
+) -> Path:
     """A copy of the sandbox inventory (links resolved) with variables merged over its files."""
     target = directory / "inventory"
     shutil.copytree(SANDBOX_INVENTORY, target, symlinks=False)

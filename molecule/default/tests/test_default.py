@@ -19,9 +19,7 @@ EXPECTED = {
 def main_process(host: Any, unit: str) -> tuple[list[str], dict[str, str]]:
     pid = host.check_output(f"systemctl show --property=MainPID --value {unit}")
     argv = host.file(f"/proc/{pid}/cmdline").content_string.split("\0")
-    environment = dict(
-        entry.split("=", 1) for entry in host.run(f"cat /proc/{pid}/environ").stdout.split("\0") if "=" in entry
-    )
+    environment = dict(entry.split("=", 1) for entry in host.run(f"cat /proc/{pid}/environ").stdout.split("\0") if "=" in entry)
     return argv, environment
 
 
@@ -62,7 +60,10 @@ def test_each_server_has_its_gpus_port_and_speculative_flags(host: Any) -> None:
         assert flag(argv, "--speculative-eagle-topk") == "1"
         assert flag(argv, "--speculative-num-draft-tokens") == expected["draft"]
         assert machine.socket(f"tcp://127.0.0.1:{port}").is_listening
-        assert machine.process.get(pid=int(machine.check_output(f"systemctl show -p MainPID --value sglang-{port}"))).user == "sglang"
+        assert (
+            machine.process.get(pid=int(machine.check_output(f"systemctl show -p MainPID --value sglang-{port}"))).user
+            == "sglang"
+        )
 
 
 def test_every_instance_is_ready_and_serves_its_speculative_settings(host: Any) -> None:

@@ -611,7 +611,13 @@ def sglang_parse_problems(instances: Sequence[Mapping[str, Any]], checked: Mappi
         message = " ".join(line for line in lines if "error:" in line) or (lines[-1] if lines else "exit 2")
         flags = re.findall(r"--[A-Za-z0-9][\w-]*", message)
         variable, value = _variable_of(instance, flags[0]) if flags else ("command line", None)
-        plan.problem(f"instance {instance['name']}", variable, value, f"SGLang's parser refused it: {message}", "correct or remove that setting")
+        plan.problem(
+            f"instance {instance['name']}",
+            variable,
+            value,
+            f"SGLang's parser refused it: {message}",
+            "correct or remove that setting",
+        )
     return plan.problems
 
 

@@ -11,7 +11,8 @@ import contextlib
 import io
 import json
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def runtime_parser(runtime: str) -> Callable[[list[str]], Any]:
@@ -20,7 +21,8 @@ def runtime_parser(runtime: str) -> Callable[[list[str]], Any]:
         from sglang.srt.server_args import prepare_server_args
 
         load_plugins()
-        return prepare_server_args
+        sglang_parser: Callable[[list[str]], Any] = prepare_server_args
+        return sglang_parser
     from sglang_simulator.args import parse_args
 
     return parse_args
@@ -33,7 +35,7 @@ def check(parse: Callable[[list[str]], Any], argv: list[str]) -> dict[str, Any]:
             parse(argv)
     except SystemExit as exit_:
         return {"rc": exit_.code if isinstance(exit_.code, int) else 1, "error": errors.getvalue()}
-    except Exception as error:  # noqa: BLE001 - any failure of the parser is reported, not raised
+    except Exception as error:
         return {"rc": 1, "error": f"{errors.getvalue()}{type(error).__name__}: {error}"}
     return {"rc": 0, "error": ""}
 
