@@ -12,7 +12,7 @@ if ! command -v dockerd >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >&2
 fi
 echo "starting dockerd (log: /var/log/dockerd.log)" >&2
-nohup dockerd >/var/log/dockerd.log 2>&1 &
+setsid nohup dockerd >/var/log/dockerd.log 2>&1 </dev/null &
 for _ in $(seq 60); do
   docker info >/dev/null 2>&1 && exit 0
   sleep 1

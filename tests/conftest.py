@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ansible.module_utils
 import pytest
 import yaml
 from jinja2.nativetypes import NativeEnvironment
@@ -15,6 +17,13 @@ from jinja2.nativetypes import NativeEnvironment
 ROOT = Path(__file__).resolve().parent.parent
 for plugin_dir in sorted(ROOT.glob("roles/*/filter_plugins")) + sorted(ROOT.glob("roles/*/library")):
     sys.path.insert(0, str(plugin_dir))
+# Roles' module_utils, importable as Ansible's modules import them (ansible.module_utils.<name>).
+for util in sorted(ROOT.glob("roles/*/module_utils/*.py")):
+    spec = importlib.util.spec_from_file_location(f"ansible.module_utils.{util.stem}", util)
+    assert spec and spec.loader
+    sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[spec.name])
+    setattr(ansible.module_utils, util.stem, sys.modules[spec.name])
 
 MODEL_FIXTURE = ROOT / "tests/fixtures/models/Qwen3.6-27B"
 GPU_SHAPES = {"ct129": (2, "NVIDIA RTX A6000", 49140), "b200": (7, "NVIDIA B200", 183359)}

@@ -31,6 +31,8 @@ def render(name: str, **variables: Any) -> str:
         **defaults,
         "ansible_managed": "Managed by Ansible",
         "sglang_venv_runtime": "sglang",
+        "sglang_venv_bin": "/opt/sglang/sglang-0.5.23/bin",
+        "sglang_server_helper_dir": "/usr/local/lib/sglang-fleet",
         "sglang_venv_launcher": {"sglang": ["/opt/sglang/sglang-0.5.23/bin/python", "-m", "sglang.launch_server"]},
         "sglang_server_base_environment": {"CUDA_HOME": "/usr/local/cuda", "HOME": "/var/lib/sglang"},
         **variables,
@@ -54,6 +56,7 @@ def test_unit_runs_the_planned_command_line(plan: Plan, host: str) -> None:
         assert unit["EnvironmentFile"] == f"/etc/sglang-fleet/{instance['name']}.env"
         assert unit["Restart"] == "on-failure"
         assert unit["KillMode"] == "control-group"
+        assert unit["ExecStartPre"].endswith("check_gpus_free.py --wait 30")
         assert unit["User"] == "sglang"
         assert unit["SyslogIdentifier"] == instance["name"]
         assert "nohup" not in text and "/bin/sh" not in text

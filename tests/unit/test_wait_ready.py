@@ -1,10 +1,10 @@
-"""sglang_wait_ready: readiness polling that fails fast when a unit dies."""
+"""Readiness polling (module_utils/sglang_readiness) that fails fast when a unit dies."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-import sglang_wait_ready as module
+from ansible.module_utils import sglang_readiness as module
 
 RUNNING = {"ActiveState": "activating", "SubState": "start", "NRestarts": "0", "InvocationID": "a"}
 ACTIVE = {**RUNNING, "ActiveState": "active", "SubState": "running"}

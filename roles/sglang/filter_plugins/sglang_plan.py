@@ -297,7 +297,7 @@ def _derive_instances(plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int
         return []
     fitting = len(gpu_ids) // per_instance
     count = settings["instance_count"] or fitting
-    if not gpu_ids or count > fitting:
+    if count < 1 or count > fitting:
         plan.problem(
             "host",
             "sglang_instance_count" if settings["instance_count"] else "sglang_gpus_per_instance",
@@ -572,7 +572,15 @@ def sglang_plan(settings: Mapping[str, Any], facts: Mapping[str, Any], table: Ma
     plan = Plan(host=str(settings["host"]))
     detected = [gpu["index"] for gpu in facts.get("gpus") or []]
     if facts.get("gpu_error"):
-        plan.problem("host", "nvidia-smi", facts.get("gpu_error"), "GPUs could not be listed", "install the NVIDIA driver")
+        lines = str(facts["gpu_error"]).strip().splitlines() or ["?"]
+        plan.problem(
+            "host",
+            "sglang_plan_nvidia_smi",
+            settings.get("nvidia_smi", "nvidia-smi"),
+            f"GPUs could not be listed: {lines[-1]}",
+            "install the NVIDIA driver (nvidia-smi must list the GPUs)",
+        )
+        return {"instances": [], "problems": plan.problems}
     gpu_ids = [int(gpu) for gpu in settings["gpu_ids"]] if settings["gpu_ids"] else detected
     instances = _derive_instances(plan, settings, gpu_ids, support)
     weight_bytes = _model_problems(plan, settings, facts.get("model") or {}, instances, support)

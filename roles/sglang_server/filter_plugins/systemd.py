@@ -41,6 +41,31 @@ def systemd_show_states(output: str) -> dict[str, dict[str, str]]:
     return states
 
 
+def sglang_server_stale(
+    instances: list[dict[str, Any]], states: dict[str, dict[str, str]], file_times: list[str], unit_dir: str, env_dir: str
+) -> list[dict[str, Any]]:
+    """Running instances whose unit or environment file changed after their main process started.
+
+    `states` come from `systemctl show --timestamp=unix` (ExecMainStartTimestamp=@<seconds>),
+    `file_times` from `stat --format=%n=%Y` (one "path=<seconds>" line per file).
+    """
+    changed_at = {}
+    for line in file_times:
+        path, _, seconds = line.rpartition("=")
+        if seconds.isdigit():
+            changed_at[path] = int(seconds)
+    stale = []
+    for instance in instances:
+        state = states.get(instance["unit"], {})
+        started = state.get("ExecMainStartTimestamp", "").lstrip("@")
+        if state.get("ActiveState") != "active" or not started.replace(".", "", 1).isdigit():
+            continue
+        files = (f"{unit_dir}/{instance['unit']}", f"{env_dir}/{instance['name']}.env")
+        if max(changed_at.get(path, 0) for path in files) >= float(started):
+            stale.append(instance)
+    return stale
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -49,4 +74,5 @@ class FilterModule:
             "systemd_exec_quote": systemd_exec_quote,
             "systemd_env_quote": systemd_env_quote,
             "systemd_show_states": systemd_show_states,
+            "sglang_server_stale": sglang_server_stale,
         }

@@ -1,5 +1,8 @@
-#!/usr/bin/python
-"""Ansible module: wait until SGLang services answer /health_generate, or fail fast when one dies."""
+"""Readiness of SGLang services under systemd: shared by the sglang_wait_ready and sglang_rollout modules.
+
+Polls each service's readiness URL while watching its unit, and tells why a unit is no longer starting
+the process it was starting (failed, stopped, restarted by systemd).
+"""
 
 from __future__ import annotations
 
@@ -10,55 +13,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
-
-DOCUMENTATION = r"""
-module: sglang_wait_ready
-short_description: Waits for SGLang services to be ready, failing fast when one dies while starting
-description:
-  - Polls each service's readiness URL (SGLang answers C(/health_generate) with 200 only after its
-    weights are loaded and warm-up generated a token; before that it refuses connections or answers 503).
-  - Watches each systemd unit at the same time. When a unit fails, stops, or is restarted by systemd
-    while starting, the module fails at once with the last lines of that unit's journal instead of
-    waiting out the timeout.
-options:
-  services:
-    description: List of C({unit, url}) to wait for, all at once.
-    type: list
-    elements: dict
-    required: true
-  path:
-    description: Readiness path appended to each url.
-    type: str
-    default: /health_generate
-  timeout:
-    description: Seconds to wait for all services (loading a large model takes minutes).
-    type: int
-    default: 900
-  interval:
-    description: Seconds between polls.
-    type: float
-    default: 2
-  journal_lines:
-    description: Journal lines to include when a service fails.
-    type: int
-    default: 40
-author: sglang-fleet
-"""
-
-EXAMPLES = r"""
-- name: Wait for the instance
-  sglang_wait_ready:
-    services:
-      - unit: sglang-30000.service
-        url: http://127.0.0.1:30000
-"""
-
-RETURN = r"""
-ready:
-  description: Seconds each unit took to become ready, by unit.
-  returned: always
-  type: dict
-"""
 
 UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "InvocationID", "ExecMainStatus", "Result")
 
@@ -96,13 +50,13 @@ def http_status(url: str, timeout: float = 30.0) -> int | None:
         return None
 
 
-def journal_tail(unit: str, lines: int) -> str:
-    return subprocess.run(
-        ["journalctl", "--unit", unit, "--lines", str(lines), "--no-pager", "--output", "short-iso"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
+def journal_tail(unit: str, lines: int, since: float | None = None, width: int = 400) -> str:
+    """The unit's last journal lines (since a Unix time, when given), each cut to `width` characters."""
+    command = ["journalctl", "--unit", unit, "--lines", str(lines), "--no-pager", "--output", "short-iso"]
+    if since is not None:
+        command += ["--since", f"@{int(since)}"]
+    output = subprocess.run(command, capture_output=True, text=True, check=False).stdout
+    return "\n".join(line if len(line) <= width else line[: width - 3] + "..." for line in output.splitlines())
 
 
 def wait(
@@ -145,35 +99,12 @@ def wait(
     return {"ready": ready}
 
 
-def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
-    module = AnsibleModule(
-        argument_spec={
-            "services": {"type": "list", "elements": "dict", "required": True},
-            "path": {"type": "str", "default": "/health_generate"},
-            "timeout": {"type": "int", "default": 900},
-            "interval": {"type": "float", "default": 2.0},
-            "journal_lines": {"type": "int", "default": 40},
-        },
-        supports_check_mode=True,
-    )
-    if module.check_mode:
-        module.exit_json(changed=False, ready={}, skipped=True, msg="not waiting in check mode")
-    params = module.params
-    result = wait(params["services"], params["path"], params["timeout"], params["interval"])
-    if "failed" in result:
-        unit = result["failed"]
-        tail = journal_tail(unit, params["journal_lines"])
-        module.fail_json(
-            msg=f"{unit}: {result['reason']}. Last journal lines:\n{tail}",
-            unit=unit,
-            reason=result["reason"],
-            journal=tail.splitlines(),
-            ready=result["ready"],
-        )
-    module.exit_json(changed=False, ready=result["ready"], msg=json.dumps(result["ready"]))
-
-
-if __name__ == "__main__":
-    main()
+def http_json(url: str, payload: dict[str, Any] | None = None, timeout: float = 60.0, api_key: str = "") -> Any:
+    """GET (or POST `payload` as JSON) and decode the JSON answer; raises on HTTP errors."""
+    data = json.dumps(payload).encode() if payload is not None else None
+    request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    request.add_header("Content-Type", "application/json")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read().decode() or "null")

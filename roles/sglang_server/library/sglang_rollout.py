@@ -1,0 +1,283 @@
+#!/usr/bin/python
+"""Ansible module: restart SGLang instances one batch at a time, verify each, roll back a failed one."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible.module_utils.sglang_readiness import http_json, journal_tail, wait
+
+DOCUMENTATION = r"""
+module: sglang_rollout
+short_description: Restarts SGLang instances in batches, verifies each, and rolls a failed one back
+description:
+  - For each batch of instances (in order), takes them out of the host's router (when given), restarts
+    their units, waits for C(/health_generate), then verifies each, puts them back into the router, and
+    goes on to the next batch.
+  - Verification reads C(/server_info) (the speculative algorithm and settings SGLang resolved; NEXTN is
+    reported as EAGLE), sends one probe generation that must return tokens, and, with speculative decoding
+    on, requires C(avg_spec_accept_length) above a minimum.
+  - On a failed start, a readiness timeout or a verification mismatch, restores the instance's previous unit
+    and environment files (the template backups), restarts it, confirms it is ready again, puts it back into
+    the router, stops the rollout (later instances are not touched) and fails with the reason and the
+    journal tail of the failed start.
+options:
+  instances:
+    description: Instances to restart, each C({name, unit, url, speculative}) as planned.
+    type: list
+    elements: dict
+    required: true
+  unit_dir:
+    description: Directory of the units; a unit's previous version is its newest C(<unit>.*~) backup there.
+    type: path
+    default: /etc/systemd/system
+  env_dir:
+    description: Directory of the environment files (C(<name>.env)), backups likewise.
+    type: path
+    default: /etc/sglang-fleet
+  batch:
+    description: Instances restarted at once.
+    type: int
+    default: 1
+  router_url:
+    description: The host's sglang-router; empty when there is none.
+    type: str
+    default: ""
+  timeout:
+    description: Seconds to wait for readiness after each restart.
+    type: int
+    default: 900
+  interval:
+    description: Seconds between readiness polls.
+    type: float
+    default: 2
+  probe_tokens:
+    description: Tokens the probe generation asks for (SGLang updates the accept length every 40 decode steps).
+    type: int
+    default: 256
+  min_accept_length:
+    description: Lowest acceptable C(avg_spec_accept_length) with speculative decoding on.
+    type: float
+    default: 1.0
+  journal_lines:
+    description: Journal lines in the failure message.
+    type: int
+    default: 40
+author: sglang-fleet
+"""
+
+EXAMPLES = r"""
+- name: Roll the changed instances
+  sglang_rollout:
+    instances: "{{ changed_instances }}"
+    router_url: http://127.0.0.1:30100
+"""
+
+RETURN = r"""
+restarted:
+  description: Names of the instances restarted and verified, in order, with seconds to ready.
+  returned: always
+  type: dict
+"""
+
+ACCEPT_LENGTH_WAIT = 15.0
+
+
+class RolloutError(Exception):
+    """An instance failed to start, to become ready, or its verification."""
+
+
+@dataclass
+class Host:
+    """What the rollout does on the machine; replaced by fakes in tests."""
+
+    systemctl: Callable[..., None] = lambda *args: subprocess.run(["systemctl", *args], check=True, capture_output=True)
+    wait_ready: Callable[..., dict[str, Any]] = wait
+    get_json: Callable[..., Any] = http_json
+    journal: Callable[..., str] = journal_tail
+    now: Callable[[], float] = time.time
+    router: Any = None
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    log: list[str] = field(default_factory=list)
+
+
+def expected_speculative(instance: dict[str, Any]) -> dict[str, Any]:
+    """The settings /server_info must report for the instance (keys as SGLang names them)."""
+    speculative = instance.get("speculative") or {}
+    expected: dict[str, Any] = {"speculative_algorithm": speculative.get("reported_algorithm")}
+    for key in ("num_steps", "eagle_topk", "num_draft_tokens"):
+        if speculative.get(key) is not None:
+            expected[f"speculative_{key}"] = speculative[key]
+    return expected
+
+
+def verify(host: Host, instance: dict[str, Any], probe_tokens: int, min_accept: float) -> str:
+    """Checks what the running server resolved and that it generates; returns a one-line summary."""
+    url = instance["url"].rstrip("/")
+    info = host.get_json(f"{url}/server_info")
+    for key, value in expected_speculative(instance).items():
+        if info.get(key) != value:
+            raise RolloutError(f"{instance['name']}: /server_info reports {key}={info.get(key)!r}, expected {value!r}")
+    probe = {
+        "text": "sglang-fleet rollout probe:",
+        "sampling_params": {"max_new_tokens": probe_tokens, "temperature": 0, "ignore_eos": True},
+    }
+    answer = host.get_json(f"{url}/generate", probe)
+    tokens = int(((answer or {}).get("meta_info") or {}).get("completion_tokens") or 0)
+    if tokens < 1:
+        raise RolloutError(f"{instance['name']}: the probe generation returned no tokens")
+    if not (instance.get("speculative") or {}).get("reported_algorithm"):
+        return f"{tokens} tokens"
+    deadline = host.clock() + ACCEPT_LENGTH_WAIT
+    while True:
+        states = host.get_json(f"{url}/server_info").get("internal_states") or [{}]
+        accept = states[0].get("avg_spec_accept_length")
+        if accept is not None:
+            break
+        if host.clock() >= deadline:
+            raise RolloutError(
+                f"{instance['name']}: speculative decoding did not engage (no avg_spec_accept_length after a probe)"
+            )
+        host.sleep(1.0)
+    if float(accept) <= min_accept:
+        raise RolloutError(
+            f"{instance['name']}: avg_spec_accept_length {accept} is not above {min_accept}: speculative decoding does not help"
+        )
+    return f"{tokens} tokens, accept length {float(accept):.2f}"
+
+
+def files_of(instance: dict[str, Any], params: dict[str, Any]) -> list[str]:
+    return [os.path.join(params["unit_dir"], instance["unit"]), os.path.join(params["env_dir"], f"{instance['name']}.env")]
+
+
+def backups_of(path: str) -> list[str]:
+    """Ansible's template backups of a file (`<path>.<pid>.<timestamp>~`), oldest first."""
+    return sorted(glob.glob(glob.escape(path) + ".*~"), key=os.path.getmtime)
+
+
+def restore(instance: dict[str, Any], params: dict[str, Any]) -> list[str]:
+    """Puts the newest previous version of the unit and environment files back; returns what was restored."""
+    restored = []
+    for path in files_of(instance, params):
+        backups = backups_of(path)
+        if backups:
+            shutil.copy2(backups[-1], path)
+            restored.append(path)
+    return restored
+
+
+def forget_backups(instance: dict[str, Any], params: dict[str, Any]) -> None:
+    for path in files_of(instance, params):
+        for backup in backups_of(path):
+            os.remove(backup)
+
+
+def start_and_check(host: Host, batch: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, float]:
+    host.systemctl("daemon-reload")
+    for instance in batch:
+        host.systemctl("restart", instance["unit"])
+    result = host.wait_ready(batch, "/health_generate", params["timeout"], params["interval"])
+    if "failed" in result:
+        raise RolloutError(f"{result['failed']}: {result['reason']}")
+    return dict(result["ready"])
+
+
+def roll_back(host: Host, instance: dict[str, Any], params: dict[str, Any]) -> str:
+    restored = restore(instance, params)
+    if not restored:
+        return "no previous files to restore (the instance never ran a verified configuration); it is left stopped"
+    try:
+        start_and_check(host, [instance], params)
+        if host.router:
+            host.router.add(instance["url"])
+    except Exception as error:
+        return f"restored {', '.join(restored)} but it did not come back: {error}"
+    forget_backups(instance, params)
+    return f"restored {', '.join(restored)}; the previous configuration is serving again"
+
+
+def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    """Restarts and verifies batch after batch; on a failure rolls that instance back and stops."""
+    done: dict[str, Any] = {}
+    size = max(1, int(params["batch"]))
+    for start in range(0, len(instances), size):
+        batch = instances[start : start + size]
+        current = batch[0]
+        started = host.now()
+        try:
+            for instance in batch:
+                current = instance
+                if host.router:
+                    host.router.remove(instance["url"])
+            current = batch[0]
+            ready = start_and_check(host, batch, params)
+            for instance in batch:
+                current = instance
+                summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
+                if host.router:
+                    host.router.add(instance["url"])
+                forget_backups(instance, params)
+                done[instance["name"]] = {"ready_seconds": ready.get(instance["unit"]), "verified": summary}
+        except Exception as error:
+            journal = host.journal(current["unit"], params["journal_lines"], since=started - 1)
+            outcomes = {instance["name"]: roll_back(host, instance, params) for instance in batch if instance["name"] not in done}
+            untouched = [instance["name"] for instance in instances[start + size :]]
+            return {"restarted": done, "failed": current["name"], "reason": str(error), "journal": journal,
+                    "rollback": outcomes, "not_attempted": untouched}  # fmt: skip
+    return {"restarted": done}
+
+
+def router_for(url: str) -> Any:
+    from ansible.module_utils.sglang_router_client import RouterClient
+
+    return RouterClient(url)
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "instances": {"type": "list", "elements": "dict", "required": True},
+            "batch": {"type": "int", "default": 1},
+            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+            "env_dir": {"type": "path", "default": "/etc/sglang-fleet"},
+            "router_url": {"type": "str", "default": ""},
+            "timeout": {"type": "int", "default": 900},
+            "interval": {"type": "float", "default": 2.0},
+            "probe_tokens": {"type": "int", "default": 256},
+            "min_accept_length": {"type": "float", "default": 1.0},
+            "journal_lines": {"type": "int", "default": 40},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    names = [instance["name"] for instance in params["instances"]]
+    if module.check_mode or not names:
+        module.exit_json(changed=bool(names), restarted={}, would_restart=names)
+    host = Host(router=router_for(params["router_url"]) if params["router_url"] else None)
+    result = rollout(host, params["instances"], params)
+    if "failed" in result:
+        rollback = "; ".join(f"{name}: {outcome}" for name, outcome in result["rollback"].items())
+        module.fail_json(
+            msg=(
+                f"Rollout stopped at {result['failed']}: {result['reason']}. Rollback: {rollback}. "
+                f"Not attempted: {', '.join(result['not_attempted']) or 'none'}. "
+                f"Journal of the failed start:\n{result['journal']}"
+            ),
+            changed=True,
+            **result,
+        )
+    module.exit_json(changed=True, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Preflight refuses each bad inventory of the corpus before any host is touched.
+
+Each case deploys an overlay of the sandbox inventory and asserts the failure names what is wrong, and
+that no unit or environment file changed and no instance restarted, on any host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fleet import CONTAINERS, Run, file_digests, on_host, overlay_inventory, run_playbook, unit_starts
+
+CORPUS = yaml.safe_load((Path(__file__).parent / "bad_inventories.yml").read_text())
+MODEL = "/srv/models/Qwen3.6-27B"
+STANDIN_PYTHON = "/opt/sglang-simulator-standin/bin/python"
+MAKE_MODEL_VARIANT = """
+import json, os, sys
+source, target, change = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+config = json.load(open(f"{source}/config.json"))
+index = json.load(open(f"{source}/model.safetensors.index.json"))
+config.update(change.get("config", {}))
+if change.get("drop_mtp"):
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if not k.startswith("mtp.")}
+    config["text_config"]["mtp_num_hidden_layers"] = 0
+os.makedirs(target, exist_ok=True)
+json.dump(config, open(f"{target}/config.json", "w"))
+json.dump(index, open(f"{target}/model.safetensors.index.json", "w"))
+for shard in sorted(set(index["weight_map"].values())):
+    if shard not in change.get("remove", []):
+        with open(f"{target}/{shard}", "wb") as handle:
+            handle.truncate(change.get("sizes", {}).get(shard, os.path.getsize(f"{source}/{shard}")))
+"""
+
+
+def background(host: str, *command: str) -> None:
+    import subprocess
+
+    subprocess.run(["docker", "exec", "--detach", CONTAINERS[host], *command], check=True)
+    time.sleep(1.5)
+
+
+@contextlib.contextmanager
+def model_variant(host: str, name: str, **change: Any) -> Iterator[None]:
+    on_host(host, "python3", "-c", MAKE_MODEL_VARIANT, MODEL, f"/srv/models/{name}", json.dumps(change))
+    try:
+        yield
+    finally:
+        on_host(host, "rm", "-rf", f"/srv/models/{name}")
+
+
+@contextlib.contextmanager
+def foreign_process(host: str, pattern: str, *command: str) -> Iterator[None]:
+    background(host, *command)
+    try:
+        yield
+    finally:
+        on_host(host, "pkill", "-f", pattern)
+
+
+@contextlib.contextmanager
+def driver_version(host: str, version: str) -> Iterator[None]:
+    path = "/etc/sglang-simulator/gpus.json"
+    original = on_host(host, "cat", path)
+    changed = json.dumps({**json.loads(original), "driver_version": version})
+    on_host(host, "python3", "-c", f"open({path!r}, 'w').write({changed!r})")
+    try:
+        yield
+    finally:
+        on_host(host, "python3", "-c", f"open({path!r}, 'w').write({original!r})")
+
+
+SETUPS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "foreign_listener_on_32001": lambda: foreign_process(
+        "ct129", "http.server 32001", "python3", "-m", "http.server", "32001", "--bind", "127.0.0.1"
+    ),
+    "foreign_gpu_process_on_b200_gpu_5": lambda: foreign_process(
+        "b200", "gpu_hog", STANDIN_PYTHON, "-m", "sglang_simulator.gpu_hog", "--gpus", "5", "--mib", "1024"
+    ),
+    "model_unknown_architecture": lambda: model_variant(
+        "b200", "unknown-architecture", config={"architectures": ["Qwen9ForCausalLM"]}
+    ),
+    "model_shard_missing": lambda: model_variant("b200", "shard-missing", remove=["model-00004-of-00011.safetensors"]),
+    "model_shard_empty": lambda: model_variant("b200", "shard-empty", sizes={"model-00005-of-00011.safetensors": 0}),
+    "model_shard_truncated": lambda: model_variant(
+        "b200", "shard-truncated", sizes={"model-00003-of-00011.safetensors": 1 << 20}
+    ),
+    "model_without_mtp": lambda: model_variant("ct129", "without-mtp", drop_mtp=True),
+    "driver_550_on_ct129": lambda: driver_version("ct129", "550.163.01"),
+}
+
+
+def fleet_state() -> dict[str, tuple[str, dict[str, str]]]:
+    return {host: (file_digests(host), unit_starts(host)) for host in CONTAINERS}
+
+
+def test_corpus_is_large_and_named_uniquely() -> None:
+    ids = [case["id"] for case in CORPUS]
+    assert len(ids) >= 30 and len(set(ids)) == len(ids)
+    assert all(case.get("setup") is None or case["setup"] in SETUPS for case in CORPUS)
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[case["id"] for case in CORPUS])
+def test_bad_inventory_is_refused_before_any_change(sandbox: Run, tmp_path: Path, case: dict[str, Any]) -> None:
+    inventory = overlay_inventory(tmp_path, host_vars=case.get("host_vars"), group_vars=case.get("group_vars"))
+    before = fleet_state()
+    with SETUPS[case["setup"]]() if case.get("setup") else contextlib.nullcontext():
+        result = run_playbook("deploy.yml", inventory=inventory)
+    assert result.rc != 0
+    report = "\n".join(result.failure_messages())
+    for fragment in case["expect"]:
+        assert fragment in report, report
+    assert fleet_state() == before, "a refused deploy changed a unit, an environment file or restarted an instance"
+    assert result.changed() == [], result.changed()
+
+
+def test_production_settings_pass_preflight(sandbox: Run) -> None:
+    result = run_playbook("deploy.yml", tags="preflight")
+    assert result.rc == 0, result.failure_messages()
+    assert result.changed() == []

@@ -1,0 +1,145 @@
+"""sglang_rollout: batch restarts, verification, rollback, router membership (with a fake host)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sglang_rollout as module
+
+PARAMS = {
+    "batch": 1,
+    "unit_dir": "/nonexistent",
+    "env_dir": "/nonexistent",
+    "timeout": 60,
+    "interval": 1,
+    "probe_tokens": 256,
+    "min_accept_length": 1.0,
+    "journal_lines": 5,
+}
+EAGLE = {"reported_algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+
+
+def instance(port: int, tmp_path: Path | None = None) -> dict[str, Any]:
+    """An instance; with tmp_path, its unit and environment files there, each with an older backup."""
+    if tmp_path:
+        for suffix in (".service", ".env"):
+            (tmp_path / f"sglang-{port}{suffix}").write_text("new")
+            (tmp_path / f"sglang-{port}{suffix}.1234.2026-11-30@01:02:03~").write_text("previous")
+    return {"name": f"sglang-{port}", "unit": f"sglang-{port}.service", "url": f"http://127.0.0.1:{port}", "speculative": EAGLE}
+
+
+class FakeRouter:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def remove(self, url: str) -> None:
+        self.log.append(f"router-remove {url.rsplit(':', 1)[1]}")
+
+    def add(self, url: str) -> None:
+        self.log.append(f"router-add {url.rsplit(':', 1)[1]}")
+
+
+class FakeServers:
+    """Answers /server_info and /generate like SGLang; `broken` ports misreport their speculative settings."""
+
+    def __init__(self, log: list[str], broken: set[int] = frozenset(), accept: float | None = 2.5) -> None:  # type: ignore[assignment]
+        self.log, self.broken, self.accept, self.generated = log, set(broken), accept, set()
+
+    def __call__(self, url: str, payload: dict[str, Any] | None = None, **_: Any) -> Any:
+        port = int(url.split(":")[2].split("/")[0])
+        if url.endswith("/generate"):
+            self.generated.add(port)
+            return {
+                "text": "x",
+                "meta_info": {"completion_tokens": payload["sampling_params"]["max_new_tokens"] if payload else 0},
+            }
+        algorithm = None if port in self.broken else "EAGLE"
+        state = {"avg_spec_accept_length": self.accept} if port in self.generated and self.accept is not None else {}
+        return {"speculative_algorithm": algorithm, "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+                "speculative_num_draft_tokens": 4, "internal_states": [state]}  # fmt: skip
+
+
+def fake_host(log: list[str], servers: FakeServers, router: bool = True) -> module.Host:
+    clock = [0.0]
+
+    def wait_ready(batch: list[dict[str, Any]], *_: Any) -> dict[str, Any]:
+        log.append("ready " + ",".join(i["name"] for i in batch))
+        return {"ready": {i["unit"]: 3.0 for i in batch}}
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    return module.Host(
+        systemctl=lambda *args: log.append(" ".join(args)) if args[0] != "daemon-reload" else None,
+        wait_ready=wait_ready,
+        get_json=servers,
+        journal=lambda unit, lines, since=None: f"journal of {unit}",
+        router=FakeRouter(log) if router else None,
+        sleep=sleep,
+        clock=lambda: clock[0],
+    )
+
+
+def test_one_at_a_time_out_of_and_back_into_the_router() -> None:
+    log: list[str] = []
+    result = module.rollout(fake_host(log, FakeServers(log)), [instance(30000), instance(30001)], PARAMS)
+    assert list(result["restarted"]) == ["sglang-30000", "sglang-30001"]
+    assert log == [
+        "router-remove 30000", "restart sglang-30000.service", "ready sglang-30000", "router-add 30000",
+        "router-remove 30001", "restart sglang-30001.service", "ready sglang-30001", "router-add 30001",
+    ]  # fmt: skip
+    assert result["restarted"]["sglang-30001"]["verified"] == "256 tokens, accept length 2.50"
+
+
+def test_batches_restart_together() -> None:
+    log: list[str] = []
+    module.rollout(
+        fake_host(log, FakeServers(log), router=False), [instance(p) for p in (30000, 30001, 30002)], {**PARAMS, "batch": 2}
+    )
+    assert log == [
+        "restart sglang-30000.service", "restart sglang-30001.service", "ready sglang-30000,sglang-30001",
+        "restart sglang-30002.service", "ready sglang-30002",
+    ]  # fmt: skip
+
+
+def test_speculative_mismatch_rolls_back_and_stops(tmp_path: Path) -> None:
+    log: list[str] = []
+    instances = [instance(30000, tmp_path), instance(30001, tmp_path), instance(30002, tmp_path)]
+    params = {**PARAMS, "unit_dir": str(tmp_path), "env_dir": str(tmp_path)}
+    result = module.rollout(fake_host(log, FakeServers(log, broken={30001})), instances, params)
+    assert result["failed"] == "sglang-30001"
+    assert "speculative_algorithm=None, expected 'EAGLE'" in result["reason"]
+    assert "the previous configuration is serving again" in result["rollback"]["sglang-30001"]
+    assert (tmp_path / "sglang-30001.service").read_text() == "previous"
+    assert (tmp_path / "sglang-30002.service").read_text() == "new"
+    assert result["not_attempted"] == ["sglang-30002"]
+    assert result["journal"] == "journal of sglang-30001.service"
+    assert log[-3:] == ["restart sglang-30001.service", "ready sglang-30001", "router-add 30001"]
+    assert not list(tmp_path.glob("sglang-30000.service.*~")), "a verified instance's backups are removed"
+    assert list(tmp_path.glob("sglang-30002.service.*~")), "untouched instances keep theirs"
+
+
+def test_speculative_that_never_engages_fails() -> None:
+    log: list[str] = []
+    result = module.rollout(fake_host(log, FakeServers(log, accept=None)), [instance(30000)], PARAMS)
+    assert "did not engage" in result["reason"]
+    assert "no previous files" in result["rollback"]["sglang-30000"]
+
+
+@pytest.mark.parametrize("accept", [1.0, 0.5])
+def test_accept_length_must_exceed_the_minimum(accept: float) -> None:
+    log: list[str] = []
+    result = module.rollout(fake_host(log, FakeServers(log, accept=accept)), [instance(30000)], PARAMS)
+    assert "is not above 1.0" in result["reason"]
+
+
+def test_failed_start_is_reported_with_its_reason(tmp_path: Path) -> None:
+    log: list[str] = []
+    host = fake_host(log, FakeServers(log), router=False)
+    calls = iter([{"failed": "sglang-30000.service", "reason": "unit is failed"}, {"ready": {"sglang-30000.service": 1.0}}])
+    host.wait_ready = lambda *_: next(calls)
+    result = module.rollout(host, [instance(30000, tmp_path)], {**PARAMS, "unit_dir": str(tmp_path), "env_dir": str(tmp_path)})
+    assert result["reason"] == "sglang-30000.service: unit is failed"
+    assert "serving again" in result["rollback"]["sglang-30000"]

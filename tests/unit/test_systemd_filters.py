@@ -1,0 +1,40 @@
+"""The server role's filters: systemd quoting, unit states, instances whose files changed."""
+
+from __future__ import annotations
+
+import pytest
+from systemd import systemd_env_quote, systemd_exec_quote
+
+
+def test_plain_words_stay_plain() -> None:
+    assert systemd_exec_quote(["/opt/v/bin/python", "-m", "sglang.launch_server", "--port", 30000]) == (
+        "/opt/v/bin/python -m sglang.launch_server --port 30000"
+    )
+
+
+def test_spaces_quotes_and_expansions_survive() -> None:
+    line = systemd_exec_quote(["--chat-template", 'a "b" c', "--api-key", "x$HOME%n", ""])
+    assert line == '--chat-template "a \\"b\\" c" --api-key x$$HOME%%n ""'
+
+
+def test_environment_values() -> None:
+    assert systemd_env_quote("0,1") == "0,1"
+    assert systemd_env_quote("a b") == '"a b"'
+    assert systemd_env_quote('say "hi"') == '"say \\"hi\\""'
+    with pytest.raises(ValueError):
+        systemd_env_quote("two\nlines")
+
+
+def test_show_states_and_stale_instances() -> None:
+    from systemd import sglang_server_stale, systemd_show_states
+
+    states = systemd_show_states(
+        "Id=sglang-30000.service\nActiveState=active\nExecMainStartTimestamp=@1000\n\n"
+        "Id=sglang-30001.service\nActiveState=active\nExecMainStartTimestamp=@1000\n\n"
+        "Id=sglang-30002.service\nActiveState=failed\nExecMainStartTimestamp=@10\n"
+    )
+    assert states["sglang-30002.service"]["ActiveState"] == "failed"
+    instances = [{"name": f"sglang-{port}", "unit": f"sglang-{port}.service"} for port in (30000, 30001, 30002)]
+    times = ["/u/sglang-30000.service=900", "/e/sglang-30000.env=999", "/u/sglang-30001.service=900", "/e/sglang-30001.env=1200",
+             "/u/sglang-30002.service=2000"]  # fmt: skip
+    assert [i["name"] for i in sglang_server_stale(instances, states, times, "/u", "/e")] == ["sglang-30001"]
