@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,8 @@ class FakeServers:
     """Answers /server_info and /generate like SGLang; `broken` ports misreport their speculative settings."""
 
     def __init__(self, log: list[str], broken: set[int] = frozenset(), accept: float | None = 2.5) -> None:  # type: ignore[assignment]
-        self.log, self.broken, self.accept, self.generated = log, set(broken), accept, set()
+        self.log, self.broken, self.accept = log, set(broken), accept
+        self.generated: set[int] = set()
 
     def __call__(self, url: str, payload: dict[str, Any] | None = None, **_: Any) -> Any:
         port = int(url.split(":")[2].split("/")[0])
@@ -138,7 +140,9 @@ def test_accept_length_must_exceed_the_minimum(accept: float) -> None:
 def test_failed_start_is_reported_with_its_reason(tmp_path: Path) -> None:
     log: list[str] = []
     host = fake_host(log, FakeServers(log), router=False)
-    calls = iter([{"failed": "sglang-30000.service", "reason": "unit is failed"}, {"ready": {"sglang-30000.service": 1.0}}])
+    calls: Iterator[dict[str, Any]] = iter(
+        [{"failed": "sglang-30000.service", "reason": "unit is failed"}, {"ready": {"sglang-30000.service": 1.0}}]
+    )
     host.wait_ready = lambda *_: next(calls)
     result = module.rollout(host, [instance(30000, tmp_path)], {**PARAMS, "unit_dir": str(tmp_path), "env_dir": str(tmp_path)})
     assert result["reason"] == "sglang-30000.service: unit is failed"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from ansible.module_utils import sglang_readiness as module
 
@@ -21,7 +22,7 @@ class Clock:
         self.now += seconds
 
 
-def run(states: Iterator[dict[str, str]], answers: Iterator[int | None], timeout: float = 60) -> dict[str, object]:
+def run(states: Iterator[dict[str, str]], answers: Iterator[int | None], timeout: float = 60) -> dict[str, Any]:
     clock = Clock()
     return module.wait(
         [{"unit": "sglang-30000.service", "url": "http://127.0.0.1:30000"}],

@@ -98,7 +98,7 @@ class RolloutError(Exception):
 class Host:
     """What the rollout does on the machine; replaced by fakes in tests."""
 
-    systemctl: Callable[..., None] = lambda *args: subprocess.run(["systemctl", *args], check=True, capture_output=True)
+    systemctl: Callable[..., Any] = lambda *args: subprocess.run(["systemctl", *args], check=True, capture_output=True)
     wait_ready: Callable[..., dict[str, Any]] = wait
     get_json: Callable[..., Any] = http_json
     journal: Callable[..., str] = journal_tail
