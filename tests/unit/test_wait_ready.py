@@ -24,7 +24,7 @@ class Clock:
 
 def run(states: Iterator[dict[str, str]], answers: Iterator[int | None], timeout: float = 60) -> dict[str, Any]:
     clock = Clock()
-    return module.wait(
+    result: dict[str, Any] = module.wait(
         [{"unit": "sglang-30000.service", "url": "http://127.0.0.1:30000"}],
         "/health_generate",
         timeout,
@@ -34,6 +34,7 @@ def run(states: Iterator[dict[str, str]], answers: Iterator[int | None], timeout
         clock=clock,
         sleep=clock.sleep,
     )
+    return result
 
 
 def test_ready_after_refused_connections_and_503() -> None:
