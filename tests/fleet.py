@@ -108,3 +108,18 @@ def unit_starts(host: str) -> dict[str, str]:
 
 def file_digests(host: str, pattern: str = "/etc/systemd/system/sglang-*.service /etc/sglang-fleet/*.env") -> str:
     return on_host(host, "sh", "-c", f"sha256sum {pattern} 2>/dev/null || true")
+
+
+def http_status(host: str, url: str) -> int:
+    """HTTP status of a GET made inside the host (0 when nothing answers)."""
+    script = (
+        "import sys, urllib.request, urllib.error\n"
+        "try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=30).status)\n"
+        "except urllib.error.HTTPError as error:\n    print(error.code)\n"
+        "except OSError:\n    print(0)\n"
+    )
+    return int(on_host(host, "python3", "-c", script, url).strip())
+
+
+def unit_property(host: str, unit: str, name: str) -> str:
+    return on_host(host, "systemctl", "show", f"--property={name}", "--value", unit).strip()

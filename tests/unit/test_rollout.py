@@ -9,25 +9,25 @@ from typing import Any
 import pytest
 import sglang_rollout as module
 
-PARAMS = {
-    "batch": 1,
-    "unit_dir": "/nonexistent",
-    "env_dir": "/nonexistent",
-    "timeout": 60,
-    "interval": 1,
-    "probe_tokens": 256,
-    "min_accept_length": 1.0,
-    "journal_lines": 5,
-}
+PARAMS = {"batch": 1, "timeout": 60, "interval": 1, "probe_tokens": 256, "min_accept_length": 1.0, "journal_lines": 5}
+
+
+@pytest.fixture
+def params(tmp_path: Path) -> dict[str, Any]:
+    """The module's parameters, its directories in tmp_path."""
+    return {**PARAMS, "unit_dir": str(tmp_path), "env_dir": str(tmp_path), "last_good_dir": str(tmp_path / "last-good")}
+
+
 EAGLE = {"reported_algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
 
 
 def instance(port: int, tmp_path: Path | None = None) -> dict[str, Any]:
-    """An instance; with tmp_path, its unit and environment files there, each with an older backup."""
+    """An instance; with tmp_path, its new unit and environment files there, and last verified copies."""
     if tmp_path:
+        (tmp_path / "last-good").mkdir(exist_ok=True)
         for suffix in (".service", ".env"):
             (tmp_path / f"sglang-{port}{suffix}").write_text("new")
-            (tmp_path / f"sglang-{port}{suffix}.1234.2026-11-30@01:02:03~").write_text("previous")
+            (tmp_path / "last-good" / f"sglang-{port}{suffix}").write_text("previous")
     return {"name": f"sglang-{port}", "unit": f"sglang-{port}.service", "url": f"http://127.0.0.1:{port}", "speculative": EAGLE}
 
 
@@ -84,9 +84,9 @@ def fake_host(log: list[str], servers: FakeServers, router: bool = True) -> modu
     )
 
 
-def test_one_at_a_time_out_of_and_back_into_the_router() -> None:
+def test_one_at_a_time_out_of_and_back_into_the_router(params: dict[str, Any]) -> None:
     log: list[str] = []
-    result = module.rollout(fake_host(log, FakeServers(log)), [instance(30000), instance(30001)], PARAMS)
+    result = module.rollout(fake_host(log, FakeServers(log)), [instance(30000), instance(30001)], params)
     assert list(result["restarted"]) == ["sglang-30000", "sglang-30001"]
     assert log == [
         "router-remove 30000", "restart sglang-30000.service", "ready sglang-30000", "router-add 30000",
@@ -95,10 +95,10 @@ def test_one_at_a_time_out_of_and_back_into_the_router() -> None:
     assert result["restarted"]["sglang-30001"]["verified"] == "256 tokens, accept length 2.50"
 
 
-def test_batches_restart_together() -> None:
+def test_batches_restart_together(params: dict[str, Any]) -> None:
     log: list[str] = []
     module.rollout(
-        fake_host(log, FakeServers(log), router=False), [instance(p) for p in (30000, 30001, 30002)], {**PARAMS, "batch": 2}
+        fake_host(log, FakeServers(log), router=False), [instance(p) for p in (30000, 30001, 30002)], {**params, "batch": 2}
     )
     assert log == [
         "restart sglang-30000.service", "restart sglang-30001.service", "ready sglang-30000,sglang-30001",
@@ -106,10 +106,9 @@ def test_batches_restart_together() -> None:
     ]  # fmt: skip
 
 
-def test_speculative_mismatch_rolls_back_and_stops(tmp_path: Path) -> None:
+def test_speculative_mismatch_rolls_back_and_stops(tmp_path: Path, params: dict[str, Any]) -> None:
     log: list[str] = []
     instances = [instance(30000, tmp_path), instance(30001, tmp_path), instance(30002, tmp_path)]
-    params = {**PARAMS, "unit_dir": str(tmp_path), "env_dir": str(tmp_path)}
     result = module.rollout(fake_host(log, FakeServers(log, broken={30001})), instances, params)
     assert result["failed"] == "sglang-30001"
     assert "speculative_algorithm=None, expected 'EAGLE'" in result["reason"]
@@ -119,31 +118,31 @@ def test_speculative_mismatch_rolls_back_and_stops(tmp_path: Path) -> None:
     assert result["not_attempted"] == ["sglang-30002"]
     assert result["journal"] == "journal of sglang-30001.service"
     assert log[-3:] == ["restart sglang-30001.service", "ready sglang-30001", "router-add 30001"]
-    assert not list(tmp_path.glob("sglang-30000.service.*~")), "a verified instance's backups are removed"
-    assert list(tmp_path.glob("sglang-30002.service.*~")), "untouched instances keep theirs"
+    assert (tmp_path / "last-good" / "sglang-30000.service").read_text() == "new", "a verified instance's files are kept"
+    assert (tmp_path / "last-good" / "sglang-30002.service").read_text() == "previous"
 
 
-def test_speculative_that_never_engages_fails() -> None:
+def test_speculative_that_never_engages_fails(params: dict[str, Any]) -> None:
     log: list[str] = []
-    result = module.rollout(fake_host(log, FakeServers(log, accept=None)), [instance(30000)], PARAMS)
+    result = module.rollout(fake_host(log, FakeServers(log, accept=None)), [instance(30000)], params)
     assert "did not engage" in result["reason"]
-    assert "no previous files" in result["rollback"]["sglang-30000"]
+    assert "no verified configuration to restore" in result["rollback"]["sglang-30000"]
 
 
 @pytest.mark.parametrize("accept", [1.0, 0.5])
-def test_accept_length_must_exceed_the_minimum(accept: float) -> None:
+def test_accept_length_must_exceed_the_minimum(accept: float, params: dict[str, Any]) -> None:
     log: list[str] = []
-    result = module.rollout(fake_host(log, FakeServers(log, accept=accept)), [instance(30000)], PARAMS)
+    result = module.rollout(fake_host(log, FakeServers(log, accept=accept)), [instance(30000)], params)
     assert "is not above 1.0" in result["reason"]
 
 
-def test_failed_start_is_reported_with_its_reason(tmp_path: Path) -> None:
+def test_failed_start_is_reported_with_its_reason(tmp_path: Path, params: dict[str, Any]) -> None:
     log: list[str] = []
     host = fake_host(log, FakeServers(log), router=False)
     calls: Iterator[dict[str, Any]] = iter(
         [{"failed": "sglang-30000.service", "reason": "unit is failed"}, {"ready": {"sglang-30000.service": 1.0}}]
     )
     host.wait_ready = lambda *_: next(calls)
-    result = module.rollout(host, [instance(30000, tmp_path)], {**PARAMS, "unit_dir": str(tmp_path), "env_dir": str(tmp_path)})
+    result = module.rollout(host, [instance(30000, tmp_path)], params)
     assert result["reason"] == "sglang-30000.service: unit is failed"
     assert "serving again" in result["rollback"]["sglang-30000"]

@@ -29,12 +29,12 @@ def test_show_states_and_stale_instances() -> None:
     from systemd import sglang_server_stale, systemd_show_states
 
     states = systemd_show_states(
-        "Id=sglang-30000.service\nActiveState=active\nExecMainStartTimestamp=@1000\n\n"
-        "Id=sglang-30001.service\nActiveState=active\nExecMainStartTimestamp=@1000\n\n"
-        "Id=sglang-30002.service\nActiveState=failed\nExecMainStartTimestamp=@10\n"
+        "Id=sglang-30000.service\nActiveState=active\nExecMainStartTimestamp=Thu 1970-01-01 00:16:40.500000 UTC\n\n"
+        "Id=sglang-30001.service\nActiveState=active\nExecMainStartTimestamp=Thu 1970-01-01 00:16:40.500000 UTC\n\n"
+        "Id=sglang-30002.service\nActiveState=failed\nExecMainStartTimestamp=Thu 1970-01-01 00:00:10.000000 UTC\n"
     )
     assert states["sglang-30002.service"]["ActiveState"] == "failed"
     instances = [{"name": f"sglang-{port}", "unit": f"sglang-{port}.service"} for port in (30000, 30001, 30002)]
-    times = ["/u/sglang-30000.service=900", "/e/sglang-30000.env=999", "/u/sglang-30001.service=900", "/e/sglang-30001.env=1200",
+    times = ["/u/sglang-30000.service=900.0", "/e/sglang-30000.env=1000.4", "/u/sglang-30001.service=900", "/e/sglang-30001.env=1000.6",
              "/u/sglang-30002.service=2000"]  # fmt: skip
     assert [i["name"] for i in sglang_server_stale(instances, states, times, "/u", "/e")] == ["sglang-30001"]

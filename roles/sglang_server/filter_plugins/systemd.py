@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 _NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
@@ -41,27 +42,36 @@ def systemd_show_states(output: str) -> dict[str, dict[str, str]]:
     return states
 
 
+def systemd_utc_seconds(timestamp: str) -> float | None:
+    """A `systemctl show --timestamp=us+utc` time ("Mon 2026-11-30 02:02:20.870662 UTC") as Unix seconds."""
+    try:
+        moment = datetime.strptime(timestamp.strip(), "%a %Y-%m-%d %H:%M:%S.%f UTC")
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC).timestamp()
+
+
 def sglang_server_stale(
     instances: list[dict[str, Any]], states: dict[str, dict[str, str]], file_times: list[str], unit_dir: str, env_dir: str
 ) -> list[dict[str, Any]]:
     """Running instances whose unit or environment file changed after their main process started.
 
-    `states` come from `systemctl show --timestamp=unix` (ExecMainStartTimestamp=@<seconds>),
-    `file_times` from `stat --format=%n=%Y` (one "path=<seconds>" line per file).
+    `states` come from `systemctl show --timestamp=us+utc`, `file_times` from `stat --format=%n=%.6Y`
+    (one "path=<seconds>" line per file).
     """
     changed_at = {}
     for line in file_times:
         path, _, seconds = line.rpartition("=")
-        if seconds.isdigit():
-            changed_at[path] = int(seconds)
+        if seconds.replace(".", "", 1).isdigit():
+            changed_at[path] = float(seconds)
     stale = []
     for instance in instances:
         state = states.get(instance["unit"], {})
-        started = state.get("ExecMainStartTimestamp", "").lstrip("@")
-        if state.get("ActiveState") != "active" or not started.replace(".", "", 1).isdigit():
+        started = systemd_utc_seconds(state.get("ExecMainStartTimestamp", ""))
+        if state.get("ActiveState") != "active" or started is None:
             continue
         files = (f"{unit_dir}/{instance['unit']}", f"{env_dir}/{instance['name']}.env")
-        if max(changed_at.get(path, 0) for path in files) >= float(started):
+        if max(changed_at.get(path, 0.0) for path in files) > started:
             stale.append(instance)
     return stale
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
@@ -24,8 +23,8 @@ description:
   - Verification reads C(/server_info) (the speculative algorithm and settings SGLang resolved; NEXTN is
     reported as EAGLE), sends one probe generation that must return tokens, and, with speculative decoding
     on, requires C(avg_spec_accept_length) above a minimum.
-  - On a failed start, a readiness timeout or a verification mismatch, restores the instance's previous unit
-    and environment files (the template backups), restarts it, confirms it is ready again, puts it back into
+  - On a failed start, a readiness timeout or a verification mismatch, restores the instance's last verified
+    unit and environment file (copies kept in C(last_good_dir)), restarts it, confirms it is ready again, puts it back into
     the router, stops the rollout (later instances are not touched) and fails with the reason and the
     journal tail of the failed start.
 options:
@@ -35,13 +34,17 @@ options:
     elements: dict
     required: true
   unit_dir:
-    description: Directory of the units; a unit's previous version is its newest C(<unit>.*~) backup there.
+    description: Directory of the units (C(<name>.service)).
     type: path
     default: /etc/systemd/system
   env_dir:
-    description: Directory of the environment files (C(<name>.env)), backups likewise.
+    description: Directory of the environment files (C(<name>.env)).
     type: path
     default: /etc/sglang-fleet
+  last_good_dir:
+    description: Where a copy of each instance's files is kept once it passed verification; a rollback restores it.
+    type: path
+    default: /etc/sglang-fleet/last-good
   batch:
     description: Instances restarted at once.
     type: int
@@ -154,30 +157,31 @@ def verify(host: Host, instance: dict[str, Any], probe_tokens: int, min_accept: 
     return f"{tokens} tokens, accept length {float(accept):.2f}"
 
 
-def files_of(instance: dict[str, Any], params: dict[str, Any]) -> list[str]:
-    return [os.path.join(params["unit_dir"], instance["unit"]), os.path.join(params["env_dir"], f"{instance['name']}.env")]
+def files_of(instance: dict[str, Any], params: dict[str, Any]) -> list[tuple[str, str]]:
+    """(current file, its last verified copy) for the instance's unit and environment file."""
+    env = f"{instance['name']}.env"
+    return [
+        (os.path.join(params["unit_dir"], instance["unit"]), os.path.join(params["last_good_dir"], instance["unit"])),
+        (os.path.join(params["env_dir"], env), os.path.join(params["last_good_dir"], env)),
+    ]
 
 
-def backups_of(path: str) -> list[str]:
-    """Ansible's template backups of a file (`<path>.<pid>.<timestamp>~`), oldest first."""
-    return sorted(glob.glob(glob.escape(path) + ".*~"), key=os.path.getmtime)
+def save_last_good(instance: dict[str, Any], params: dict[str, Any]) -> None:
+    """Keeps a copy of the files a verified instance runs with, to roll back to."""
+    os.makedirs(params["last_good_dir"], mode=0o750, exist_ok=True)
+    for current, last_good in files_of(instance, params):
+        if os.path.exists(current):
+            shutil.copy2(current, last_good)
 
 
 def restore(instance: dict[str, Any], params: dict[str, Any]) -> list[str]:
-    """Puts the newest previous version of the unit and environment files back; returns what was restored."""
+    """Puts the instance's last verified unit and environment file back; returns what was restored."""
     restored = []
-    for path in files_of(instance, params):
-        backups = backups_of(path)
-        if backups:
-            shutil.copy2(backups[-1], path)
-            restored.append(path)
+    for current, last_good in files_of(instance, params):
+        if os.path.exists(last_good):
+            shutil.copy2(last_good, current)
+            restored.append(current)
     return restored
-
-
-def forget_backups(instance: dict[str, Any], params: dict[str, Any]) -> None:
-    for path in files_of(instance, params):
-        for backup in backups_of(path):
-            os.remove(backup)
 
 
 def start_and_check(host: Host, batch: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, float]:
@@ -193,14 +197,13 @@ def start_and_check(host: Host, batch: list[dict[str, Any]], params: dict[str, A
 def roll_back(host: Host, instance: dict[str, Any], params: dict[str, Any]) -> str:
     restored = restore(instance, params)
     if not restored:
-        return "no previous files to restore (the instance never ran a verified configuration); it is left stopped"
+        return "no verified configuration to restore (the instance never passed verification); it is left as it is"
     try:
         start_and_check(host, [instance], params)
         if host.router:
             host.router.add(instance["url"])
     except Exception as error:
         return f"restored {', '.join(restored)} but it did not come back: {error}"
-    forget_backups(instance, params)
     return f"restored {', '.join(restored)}; the previous configuration is serving again"
 
 
@@ -224,7 +227,7 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
                 summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
                 if host.router:
                     host.router.add(instance["url"])
-                forget_backups(instance, params)
+                save_last_good(instance, params)
                 done[instance["name"]] = {"ready_seconds": ready.get(instance["unit"]), "verified": summary}
         except Exception as error:
             journal = host.journal(current["unit"], params["journal_lines"], since=started - 1)
@@ -250,6 +253,7 @@ def main() -> None:
             "batch": {"type": "int", "default": 1},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "env_dir": {"type": "path", "default": "/etc/sglang-fleet"},
+            "last_good_dir": {"type": "path", "default": "/etc/sglang-fleet/last-good"},
             "router_url": {"type": "str", "default": ""},
             "timeout": {"type": "int", "default": 900},
             "interval": {"type": "float", "default": 2.0},

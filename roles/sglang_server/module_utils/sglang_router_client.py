@@ -1,0 +1,202 @@
+"""Client for the worker-management API of the SGLang router (sglang-router 0.3.2, the Rust "smg" gateway).
+
+Stdlib only (urllib, json), for Ansible modules on Python >= 3.8 (builtin generics and ``X | None`` appear in
+annotations only, which ``from __future__ import annotations`` leaves unevaluated). What the router does, as observed on 0.3.2:
+
+* ``GET /workers`` -> 200 ``{"workers": [{"id": "<uuid>", "url": ..., "is_healthy": true, "model_id": ...,
+  "load": ..., "worker_type": "regular", "connection_mode": "HTTP", "metadata": {...}, ...}], "total": n, "stats": {...}}``.
+  Only registered workers are listed; an addition still in progress is not.
+* ``POST /workers`` ``{"url": ...}`` (optional ``"api_key"``: the key the worker expects) -> 202
+  ``{"status": "accepted", "worker_id": ..., "location": "/workers/<id>", ...}``. The addition runs in the background:
+  the router polls the worker's ``/health`` (back-off 1, 2, ... 5 s, for up to 0.9 x ``--worker-startup-timeout-secs``)
+  and lists the worker, already healthy, once that answers 200 (~1 s after the POST for a running SGLang, whose
+  /health takes ~1 s). Posting a URL that is already registered answers 202 and
+  changes nothing.
+* ``DELETE /workers/<uuid>`` -> 202; the worker is unlisted within milliseconds. There is no removal by URL (400). A
+  DELETE for an addition still in progress answers 202 but does nothing: that addition still registers the worker
+  once it answers.
+* URLs are stored as given: ``http://h:1/`` and ``http://h:1`` would be two workers. This client sends and matches
+  URLs without a trailing slash.
+* A router started with ``--api-key`` (or ``--control-plane-api-keys``) wants ``Authorization: Bearer <key>`` on
+  ``/workers`` (401/403 otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+
+class RouterError(Exception):
+    """The router did not answer, or answered something unexpected. ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class WaitTimeout(RouterError):
+    """The router accepted a change but did not show its effect before the deadline."""
+
+
+def normalize_url(url: str) -> str:
+    """The worker URL as this client sends and matches it: with its scheme, without a trailing slash."""
+    url = url.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"worker URL must start with http:// or https://: {url!r}")
+    return url
+
+
+def request(
+    router_url: str, method: str, path: str, payload: dict[str, Any] | None = None, api_key: str = "", timeout: float = 10.0
+) -> tuple[int, Any]:
+    """Sends one request; returns (HTTP status, decoded JSON or text). Raises RouterError when nothing answers."""
+    data = json.dumps(payload).encode() if payload is not None else None
+    req = urllib.request.Request(router_url.rstrip("/") + path, data=data, method=method)
+    req.add_header("Content-Type", "application/json")  # the router answers 415 to a POST without it
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            status, body = int(response.status), response.read()
+    except urllib.error.HTTPError as error:
+        status, body = int(error.code), error.read()
+    except (urllib.error.URLError, OSError) as error:
+        raise RouterError(f"{method} {router_url}{path}: no answer ({error})") from error
+    text = body.decode(errors="replace")
+    try:
+        return status, json.loads(text) if text else None
+    except ValueError:
+        return status, text
+
+
+def _expect(status: int, body: Any, expected: int, what: str) -> Any:
+    if status != expected:
+        raise RouterError(f"{what}: HTTP {status}: {str(body)[:300] if body else '(empty answer)'}", status)
+    return body
+
+
+def list_workers(router_url: str, api_key: str = "", timeout: float = 10.0) -> list[dict[str, Any]]:
+    """The router's registered workers (entries of GET /workers)."""
+    body = _expect(*request(router_url, "GET", "/workers", api_key=api_key, timeout=timeout), 200, "GET /workers")
+    if not isinstance(body, dict) or not isinstance(body.get("workers"), list):
+        raise RouterError(f"GET /workers: unexpected answer {str(body)[:300]}")
+    return list(body["workers"])
+
+
+def find_worker(router_url: str, worker_url: str, api_key: str = "", timeout: float = 10.0) -> dict[str, Any] | None:
+    """The router's entry for `worker_url` (matched without trailing slash), or None."""
+    wanted = normalize_url(worker_url)
+    for worker in list_workers(router_url, api_key, timeout):
+        if str(worker.get("url", "")).rstrip("/") == wanted:
+            return worker
+    return None
+
+
+def healthy_worker_urls(router_url: str, api_key: str = "", timeout: float = 10.0) -> list[str]:
+    """Sorted URLs of the workers the router lists as healthy.
+
+    Healthy is not the same as routed to: after failed requests the router's circuit breaker stops using a worker it
+    still lists as healthy (until --cb-timeout-duration-secs, default 60 s, passes).
+    """
+    return sorted(str(w["url"]) for w in list_workers(router_url, api_key, timeout) if w.get("is_healthy") is True)
+
+
+def _wait(
+    condition: Callable[[], bool], deadline: float, interval: float, clock: Callable[[], float], sleep: Callable[[float], None]
+) -> bool:
+    while True:
+        if condition():
+            return True
+        if clock() >= deadline:
+            return False
+        sleep(min(interval, max(0.0, deadline - clock())))
+
+
+def remove_worker(
+    router_url: str,
+    worker_url: str,
+    timeout: float = 30.0,
+    api_key: str = "",
+    interval: float = 0.2,
+    http_timeout: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Unregisters `worker_url` and waits until the router no longer lists it. False when it was not listed.
+
+    Requests already sent to the worker keep running there: drain it before stopping it. An addition of the URL that
+    is still in progress is not cancelled by this.
+    """
+    deadline = clock() + timeout
+    worker = find_worker(router_url, worker_url, api_key, http_timeout)
+    if worker is None:
+        return False
+    status, body = request(router_url, "DELETE", f"/workers/{worker['id']}", api_key=api_key, timeout=http_timeout)
+    if status != 404:  # 404: removed meanwhile
+        _expect(status, body, 202, f"DELETE /workers/{worker['id']} ({worker_url})")
+    if not _wait(lambda: find_worker(router_url, worker_url, api_key, http_timeout) is None, deadline, interval, clock, sleep):
+        raise WaitTimeout(f"router {router_url} still lists {worker_url} {timeout:.0f} s after DELETE")
+    return True
+
+
+def add_worker(
+    router_url: str,
+    worker_url: str,
+    timeout: float = 60.0,
+    api_key: str = "",
+    worker_api_key: str = "",
+    replace: bool = False,
+    interval: float = 0.5,
+    http_timeout: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Registers `worker_url` and waits until the router lists it as healthy. False when it already was.
+
+    A worker listed as unhealthy (or any listed worker, with `replace`) is removed and registered again: a fresh
+    registration is routed to at once, whereas the router's own health checks and circuit breaker take minutes by
+    default to take a recovered worker back. On WaitTimeout the router keeps trying to add the worker in the
+    background (until --worker-startup-timeout-secs) and registers it if it comes up.
+    """
+    url = normalize_url(worker_url)
+    deadline = clock() + timeout
+    worker = find_worker(router_url, url, api_key, http_timeout)
+    if worker is not None:
+        if worker.get("is_healthy") is True and not replace:
+            return False
+        remove_worker(router_url, url, max(0.0, deadline - clock()), api_key, interval, http_timeout, clock, sleep)
+    payload: dict[str, Any] = {"url": url}
+    if worker_api_key:
+        payload["api_key"] = worker_api_key
+    body = _expect(*request(router_url, "POST", "/workers", payload, api_key, http_timeout), 202, f"POST /workers ({url})")
+    worker_id = str(body.get("worker_id", "")) if isinstance(body, dict) else ""
+
+    def healthy() -> bool:
+        listed = find_worker(router_url, url, api_key, http_timeout)
+        return listed is not None and listed.get("is_healthy") is True
+
+    if not _wait(healthy, deadline, interval, clock, sleep):
+        raise WaitTimeout(
+            f"router {router_url} does not list {url} as healthy {timeout:.0f} s after POST /workers"
+            f" ({_job_status(router_url, worker_id, api_key, http_timeout)})"
+        )
+    return True
+
+
+def _job_status(router_url: str, worker_id: str, api_key: str, timeout: float) -> str:
+    """The router's background job state for a worker id, for error messages (GET /workers/<id> -> job_status)."""
+    if not worker_id:
+        return "no worker id in the router's answer"
+    try:
+        status, body = request(router_url, "GET", f"/workers/{worker_id}", api_key=api_key, timeout=timeout)
+    except RouterError as error:
+        return str(error)
+    job = body.get("job_status") if isinstance(body, dict) else None
+    if status != 200 or not isinstance(job, dict):
+        return f"GET /workers/{worker_id}: HTTP {status}"
+    return f"job {job.get('job_type')} {job.get('status')}" + (f": {job['message']}" if job.get("message") else "")

@@ -1,0 +1,246 @@
+"""module_utils/sglang_router_client against a fake router that answers like sglang-router 0.3.2's /workers API."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from ansible.module_utils import sglang_router_client as client
+
+W1, W2, W3 = "http://127.0.0.1:41001", "http://127.0.0.1:41002", "http://127.0.0.1:41003"
+
+
+class FakeRouter:
+    """The /workers API of the real router: additions and removals are accepted (202) and applied later.
+
+    `add_after` / `remove_after`: how many GET /workers answers go by before a pending change shows (None: never,
+    like an addition whose worker never answers). `api_key`: required as a Bearer token, as with --api-key.
+    """
+
+    def __init__(self) -> None:
+        self.workers: dict[str, dict[str, Any]] = {}  # url -> entry
+        self.pending_add: dict[str, list[Any]] = {}  # url -> [id, polls left or None]
+        self.pending_remove: dict[str, int] = {}  # url -> polls left
+        self.add_after: int | None = 2
+        self.remove_after = 1
+        self.api_key = ""
+        self.calls: list[tuple[str, str, Any]] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def register(self, url: str, healthy: bool = True) -> str:
+        worker_id = str(uuid.uuid4())
+        self.workers[url] = {
+            "id": worker_id, "url": url, "model_id": "/models/qwen", "priority": 50, "cost": 1.0,
+            "worker_type": "regular", "is_healthy": healthy, "load": 0, "connection_mode": "HTTP",
+            "metadata": {"model_path": "/models/qwen", "tp_size": "1", "dp_size": "1"}, "disable_health_check": False,
+        }  # fmt: skip
+        return worker_id
+
+    def _tick(self) -> None:
+        for url, pending in list(self.pending_add.items()):
+            if pending[1] is not None:
+                pending[1] -= 1
+                if pending[1] <= 0:
+                    del self.pending_add[url]
+                    self.register(url)
+                    self.workers[url]["id"] = pending[0]
+        for url in list(self.pending_remove):
+            self.pending_remove[url] -= 1
+            if self.pending_remove[url] <= 0:
+                del self.pending_remove[url]
+                self.workers.pop(url, None)
+
+    def answer(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, Any]:
+        payload = json.loads(body) if body else None
+        self.calls.append((method, path, payload))
+        if self.api_key and headers.get("Authorization") != f"Bearer {self.api_key}":
+            return 401, ""
+        if path == "/workers" and method == "GET":
+            self._tick()
+            listed = list(self.workers.values())
+            return 200, {
+                "workers": listed,
+                "total": len(listed),
+                "stats": {"prefill_count": 0, "decode_count": 0, "regular_count": len(listed)},
+            }
+        if path == "/workers" and method == "POST":
+            if headers.get("Content-Type") != "application/json":
+                return 415, "Expected request with `Content-Type: application/json`"
+            if not isinstance(payload, dict) or "url" not in payload:
+                return 422, "Failed to deserialize the JSON body into the target type: missing field `url` at line 1 column 2"
+            url = payload["url"]
+            worker_id = self.workers[url]["id"] if url in self.workers else str(uuid.uuid4())
+            if url not in self.workers:
+                self.pending_add[url] = [worker_id, self.add_after]
+            return 202, {"status": "accepted", "worker_id": worker_id, "url": url, "location": f"/workers/{worker_id}",
+                         "message": "Worker addition queued for background processing"}  # fmt: skip
+        if path.startswith("/workers/"):
+            raw = path[len("/workers/") :]
+            try:
+                uuid.UUID(raw)
+            except ValueError:
+                return 400, {"error": f"Invalid worker_id '{raw}' (expected UUID). Error: invalid length", "code": "BAD_REQUEST"}
+            url = next((u for u, w in self.workers.items() if w["id"] == raw), None)
+            pending = next((u for u, p in self.pending_add.items() if p[0] == raw), None)
+            if method == "DELETE" and url is not None:
+                self.pending_remove[url] = self.remove_after
+                return 202, {"status": "accepted", "worker_id": raw, "message": "Worker removal queued for background processing"}
+            if method == "GET" and url is not None:
+                return 200, self.workers[url]
+            if method == "GET" and pending is not None:
+                job = {
+                    "job_type": "AddWorker",
+                    "worker_url": pending,
+                    "status": "processing",
+                    "message": None,
+                    "timestamp": 1796003279,
+                }
+                return 200, {"id": raw, "url": pending, "is_healthy": False, "worker_type": "unknown", "job_status": job}
+            return 404, {"error": f"Worker {raw} not found", "code": "WORKER_NOT_FOUND"}
+        return 404, ""
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        router = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, answer = router.answer(self.command, self.path, self.headers, body)
+                data = (answer if isinstance(answer, str) else json.dumps(answer)).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain" if isinstance(answer, str) else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = _serve
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+@pytest.fixture
+def router() -> Iterator[FakeRouter]:
+    fake = FakeRouter()
+    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread.start()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+    thread.join(timeout=5)
+
+
+def methods(router: FakeRouter) -> list[tuple[str, str]]:
+    return [(method, path) for method, path, _ in router.calls if (method, path) != ("GET", "/workers")]
+
+
+def test_lists_workers_and_healthy_urls(router: FakeRouter) -> None:
+    router.register(W2)
+    router.register(W1)
+    router.register(W3, healthy=False)
+    assert [w["url"] for w in client.list_workers(router.url)] == [W2, W1, W3]
+    assert client.healthy_worker_urls(router.url) == [W1, W2]
+
+
+def test_find_worker_ignores_a_trailing_slash(router: FakeRouter) -> None:
+    worker_id = router.register(W1)
+    found = client.find_worker(router.url, W1 + "/")
+    assert found is not None and found["id"] == worker_id
+    assert client.find_worker(router.url, W2) is None
+
+
+def test_scheme_less_urls_are_refused(router: FakeRouter) -> None:
+    with pytest.raises(ValueError, match="http://"):
+        client.find_worker(router.url, "127.0.0.1:41001")
+
+
+def test_add_posts_and_waits_until_listed_healthy(router: FakeRouter) -> None:
+    router.add_after = 3
+    assert client.add_worker(router.url, W1 + "/", timeout=10, interval=0.01) is True
+    assert client.healthy_worker_urls(router.url) == [W1]
+    assert [c for c in router.calls if c[0] == "POST"] == [("POST", "/workers", {"url": W1})]
+
+
+def test_add_passes_the_workers_api_key(router: FakeRouter) -> None:
+    client.add_worker(router.url, W1, timeout=10, interval=0.01, worker_api_key="worker-secret")
+    assert [c[2] for c in router.calls if c[0] == "POST"] == [{"url": W1, "api_key": "worker-secret"}]
+
+
+def test_add_of_a_healthy_worker_changes_nothing(router: FakeRouter) -> None:
+    router.register(W1)
+    assert client.add_worker(router.url, W1, timeout=10, interval=0.01) is False
+    assert methods(router) == []
+
+
+def test_add_registers_an_unhealthy_worker_again(router: FakeRouter) -> None:
+    old_id = router.register(W1, healthy=False)
+    assert client.add_worker(router.url, W1, timeout=10, interval=0.01) is True
+    assert methods(router) == [("DELETE", f"/workers/{old_id}"), ("POST", "/workers")]
+    found = client.find_worker(router.url, W1)
+    assert found is not None and found["is_healthy"] is True and found["id"] != old_id
+
+
+def test_add_with_replace_registers_a_healthy_worker_again(router: FakeRouter) -> None:
+    old_id = router.register(W1)
+    assert client.add_worker(router.url, W1, timeout=10, interval=0.01, replace=True) is True
+    assert methods(router) == [("DELETE", f"/workers/{old_id}"), ("POST", "/workers")]
+
+
+def test_add_times_out_with_the_routers_job_status(router: FakeRouter) -> None:
+    router.add_after = None  # the worker never answers its /health
+    with pytest.raises(client.WaitTimeout, match=r"not list http://127\.0\.0\.1:41001 as healthy.*job AddWorker processing"):
+        client.add_worker(router.url, W1, timeout=0.3, interval=0.05)
+
+
+def test_remove_deletes_by_id_and_waits_until_unlisted(router: FakeRouter) -> None:
+    worker_id = router.register(W1)
+    router.register(W2)
+    router.remove_after = 3
+    assert client.remove_worker(router.url, W1, timeout=10, interval=0.01) is True
+    assert ("DELETE", f"/workers/{worker_id}") in methods(router)
+    assert [w["url"] for w in client.list_workers(router.url)] == [W2]
+
+
+def test_remove_of_an_unlisted_worker_changes_nothing(router: FakeRouter) -> None:
+    router.register(W2)
+    assert client.remove_worker(router.url, W1, timeout=10, interval=0.01) is False
+    assert methods(router) == []
+
+
+def test_remove_times_out_when_the_worker_stays_listed(router: FakeRouter) -> None:
+    router.register(W1)
+    router.remove_after = 10**6
+    with pytest.raises(client.WaitTimeout, match="still lists"):
+        client.remove_worker(router.url, W1, timeout=0.3, interval=0.05)
+
+
+def test_api_key_is_sent_as_bearer_token(router: FakeRouter) -> None:
+    router.api_key = "router-secret"
+    router.register(W1)
+    with pytest.raises(client.RouterError) as refused:
+        client.list_workers(router.url)
+    assert refused.value.status == 401
+    assert client.healthy_worker_urls(router.url, api_key="router-secret") == [W1]
+    assert client.remove_worker(router.url, W1, timeout=10, api_key="router-secret", interval=0.01) is True
+
+
+def test_unexpected_answers_raise_router_error(router: FakeRouter) -> None:
+    with pytest.raises(client.RouterError, match="HTTP 404"):
+        client.list_workers(router.url + "/nowhere")
+
+
+def test_a_router_that_does_not_answer_raises_router_error(router: FakeRouter) -> None:
+    url = router.url
+    router.server.shutdown()
+    router.server.server_close()
+    with pytest.raises(client.RouterError, match="no answer") as error:
+        client.list_workers(url, timeout=2)
+    assert error.value.status is None
