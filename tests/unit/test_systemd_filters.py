@@ -35,6 +35,11 @@ def test_show_states_and_stale_instances() -> None:
     )
     assert states["sglang-30002.service"]["ActiveState"] == "failed"
     instances = [{"name": f"sglang-{port}", "unit": f"sglang-{port}.service"} for port in (30000, 30001, 30002)]
-    times = ["/u/sglang-30000.service=900.0", "/e/sglang-30000.env=1000.4", "/u/sglang-30001.service=900", "/e/sglang-30001.env=1000.6",
-             "/u/sglang-30002.service=2000"]  # fmt: skip
+    times = [
+        "/u/sglang-30000.service=900.0",
+        "/e/sglang-30000.env=1000.4",
+        "/u/sglang-30001.service=900",
+        "/e/sglang-30001.env=1000.6",
+        "/u/sglang-30002.service=2000",
+    ]
     assert [i["name"] for i in sglang_server_stale(instances, states, times, "/u", "/e")] == ["sglang-30001"]
