@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from fleet import Run, http_status, on_host, overlay_inventory, run_playbook, unit_property, unit_starts
 
 
-def deploy_with_overrides(tmp_path: Path, overrides: dict[int, dict[str, object]]) -> Run:
+def deploy_with_overrides(tmp_path: Path, overrides: dict[int, dict[str, Any]]) -> Run:
     inventory = overlay_inventory(tmp_path, host_vars={"b200": {"sglang_instance_overrides": overrides}})
     return run_playbook("deploy.yml", inventory=inventory, limit="b200")
 
