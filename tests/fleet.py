@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,7 @@ def run_playbook(
     limit: str | None = None,
     tags: str | None = None,
     cmdline: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> Run:
     with tempfile.TemporaryDirectory(prefix="sglang-fleet-runner-") as private:
         runner = ansible_runner.run(
@@ -70,6 +73,7 @@ def run_playbook(
             cmdline=cmdline,
             envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
             quiet=True,
+            event_handler=(lambda event: on_event(event) or True) if on_event else None,
         )
         return Run(rc=int(runner.rc), status=str(runner.status), events=list(runner.events))
 
@@ -97,9 +101,9 @@ def on_host(host: str, *command: str) -> str:
 
 
 def unit_starts(host: str) -> dict[str, str]:
-    """When each SGLang unit on the host last entered 'active' (changes on every restart)."""
+    """When each SGLang instance's unit on the host last entered 'active' (changes on every restart)."""
     units = on_host(host, "systemctl", "list-units", "--plain", "--no-legend", "--all", "sglang-*.service").split()
-    names = [word for word in units if word.startswith("sglang-") and word.endswith(".service")]
+    names = [word for word in units if re.fullmatch(r"sglang-\d+\.service", word)]
     starts = {}
     for name in names:
         starts[name] = on_host(host, "systemctl", "show", "--property=ActiveEnterTimestampMonotonic", "--value", name).strip()

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 import sglang_rollout as module
 
-PARAMS = {"batch": 1, "timeout": 60, "interval": 1, "probe_tokens": 256, "min_accept_length": 1.0, "journal_lines": 5}
+PARAMS = {
+    "batch": 1,
+    "drain_timeout": 5,
+    "timeout": 60,
+    "interval": 1,
+    "probe_tokens": 256,
+    "min_accept_length": 1.0,
+    "journal_lines": 5,
+}
 
 
 @pytest.fixture
@@ -79,6 +87,7 @@ def fake_host(log: list[str], servers: FakeServers, router: bool = True) -> modu
         get_json=servers,
         journal=lambda unit, lines, since=None: f"journal of {unit}",
         router=FakeRouter(log) if router else None,
+        running=lambda url: 0,
         sleep=sleep,
         clock=lambda: clock[0],
     )

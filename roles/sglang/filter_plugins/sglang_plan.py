@@ -29,6 +29,7 @@ MANAGED_FLAGS: dict[str, str] = {
     "--dp-size": "sglang_data_parallel_size",
     "--pp-size": "sglang_pipeline_parallel_size",
     "--base-gpu-id": "sglang_gpu_ids",
+    "--enable-metrics": "sglang_enable_metrics",
 }
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
 # MTP checkpoints carry their draft layer as `mtp.*` tensors and count it in one of these config keys.
@@ -347,6 +348,8 @@ def _derive_instances(plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int
             argv += ["--dp-size", str(data)]
         if pipeline > 1:
             argv += ["--pp-size", str(pipeline)]
+        if settings["enable_metrics"]:
+            argv.append("--enable-metrics")
         for flag, value in {**(spec_flags or {}), **(base_args or {}), **(own_args or {})}.items():
             argv += render_flag(flag, value)
         environment = {str(k): str(v) for k, v in _merge(settings["environment"], override.get("environment")).items()}

@@ -7,10 +7,13 @@ import os
 import shutil
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible.module_utils import sglang_router_client
 from ansible.module_utils.sglang_readiness import http_json, journal_tail, wait
 
 DOCUMENTATION = r"""
@@ -53,6 +56,10 @@ options:
     description: The host's sglang-router; empty when there is none.
     type: str
     default: ""
+  drain_timeout:
+    description: Seconds to wait, after taking an instance out of the router, for its running requests to finish.
+    type: float
+    default: 60
   timeout:
     description: Seconds to wait for readiness after each restart.
     type: int
@@ -97,6 +104,17 @@ class RolloutError(Exception):
     """An instance failed to start, to become ready, or its verification."""
 
 
+def running_requests(url: str) -> float | None:
+    """Requests the server is working on, from its Prometheus metrics (None without --enable-metrics)."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("sglang:num_running_reqs")]
+    return sum(values) if values else None
+
+
 @dataclass
 class Host:
     """What the rollout does on the machine; replaced by fakes in tests."""
@@ -107,6 +125,7 @@ class Host:
     journal: Callable[..., str] = journal_tail
     now: Callable[[], float] = time.time
     router: Any = None
+    running: Callable[[str], float | None] = running_requests
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     log: list[str] = field(default_factory=list)
@@ -220,6 +239,7 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
                 current = instance
                 if host.router:
                     host.router.remove(instance["url"])
+                    drain(host, instance, params["drain_timeout"])
             current = batch[0]
             ready = start_and_check(host, batch, params)
             for instance in batch:
@@ -238,10 +258,36 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
     return {"restarted": done}
 
 
-def router_for(url: str) -> Any:
-    from ansible.module_utils.sglang_router_client import RouterClient
+class Router:
+    """The host's sglang-router: workers leave rotation before a restart and rejoin after verification."""
 
-    return RouterClient(url)
+    def __init__(self, url: str, timeout: float = 120.0) -> None:
+        self.url, self.timeout = url, timeout
+
+    def remove(self, worker_url: str) -> None:
+        sglang_router_client.remove_worker(self.url, worker_url, timeout=30)
+
+    def add(self, worker_url: str) -> None:
+        sglang_router_client.add_worker(self.url, worker_url, timeout=self.timeout, replace=True)
+
+
+def router_for(url: str) -> Router | None:
+    """The router at `url`, or None when it does not answer (not deployed yet: nothing to take out of rotation)."""
+    try:
+        sglang_router_client.list_workers(url)
+    except sglang_router_client.RouterError:
+        return None
+    return Router(url)
+
+
+def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:
+    """After leaving the router: wait until the server finished its requests (stopping cuts them)."""
+    deadline = host.clock() + timeout
+    while host.clock() < deadline:
+        running = host.running(instance["url"])
+        if not running:
+            return
+        host.sleep(0.5)
 
 
 def main() -> None:
@@ -255,6 +301,7 @@ def main() -> None:
             "env_dir": {"type": "path", "default": "/etc/sglang-fleet"},
             "last_good_dir": {"type": "path", "default": "/etc/sglang-fleet/last-good"},
             "router_url": {"type": "str", "default": ""},
+            "drain_timeout": {"type": "float", "default": 60.0},
             "timeout": {"type": "int", "default": 900},
             "interval": {"type": "float", "default": 2.0},
             "probe_tokens": {"type": "int", "default": 256},

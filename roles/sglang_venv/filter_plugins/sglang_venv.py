@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,11 +21,13 @@ def sglang_venv_problems(
     """Problems with the runtime choice, the Python that builds the venv, and glibc."""
     problems = []
     if runtime not in runtimes:
-        problems.append(f"{host} host: sglang_venv_runtime={runtime!r}: unknown runtime; fix: use one of {', '.join(runtimes)}")
+        problems.append(
+            f"{host} host: sglang_venv_runtime={json.dumps(runtime)}: unknown runtime; fix: use one of {', '.join(runtimes)}"
+        )
     if python_result.get("rc") != 0:
         why = (str(python_result.get("stderr") or python_result.get("msg") or "")).strip().splitlines()[-1:] or ["not found"]
         problems.append(
-            f"{host} host: sglang_venv_python={python!r}: does not run ({why[0]}); "
+            f"{host} host: sglang_venv_python={json.dumps(python)}: does not run ({why[0]}); "
             "fix: install Python 3.11-3.13 and point sglang_venv_python at it"
         )
     else:
@@ -32,12 +35,12 @@ def sglang_venv_problems(
         if not SUPPORTED_PYTHON[0] <= found[:2] <= SUPPORTED_PYTHON[1]:
             shown = ".".join(map(str, found))
             problems.append(
-                f"{host} host: sglang_venv_python={python!r}: Python {shown} has no SGLang {version} wheels (3.11-3.13 only); "
+                f"{host} host: sglang_venv_python={json.dumps(python)}: Python {shown} has no SGLang {version} wheels (3.11-3.13 only); "
                 "fix: install python3.11, 3.12 or 3.13 (e.g. from deadsnakes on Ubuntu 22.04) and set sglang_venv_python"
             )
     if glibc and _version(glibc) < MIN_GLIBC:
         problems.append(
-            f"{host} host: glibc={glibc!r}: SGLang {version} wheels need glibc 2.34 or newer; "
+            f"{host} host: glibc={json.dumps(glibc)}: SGLang {version} wheels need glibc 2.34 or newer; "
             "fix: upgrade the distribution (Debian 12+, Ubuntu 22.04+)"
         )
     return problems

@@ -1,0 +1,47 @@
+"""Ansible filters of the router role: its extra flags as argv words, and its preflight problems."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def sglang_router_flags(extra: dict[str, Any]) -> list[str]:
+    """{flag: value} as argv words: true is a bare switch, false leaves it out, a list repeats values."""
+    words: list[str] = []
+    for key, value in sorted(extra.items()):
+        flag = "--" + str(key).removeprefix("--")
+        if value is True:
+            words.append(flag)
+        elif value is not False and value is not None:
+            words += [flag, *(str(item) for item in (value if isinstance(value, list) else [value]))]
+    return words
+
+
+def sglang_router_problems(
+    host: str, port: int, prometheus_port: int, instances: list[dict[str, Any]], listening: list[dict[str, Any]]
+) -> list[str]:
+    """The router's ports must not be an instance's, nor taken by another program."""
+    problems = []
+    taken = {instance["port"]: instance["name"] for instance in instances}
+    taken.update({instance["nccl_port"]: f"{instance['name']}'s NCCL port" for instance in instances})
+    owners = {entry["port"]: entry for entry in listening}
+    for variable, value in (("sglang_router_port", port), ("sglang_router_prometheus_port", prometheus_port)):
+        if value in taken:
+            problems.append(f"{host} router: {variable}={value}: port {value} is {taken[value]}; fix: choose a free port")
+        owner = owners.get(value)
+        if owner and owner.get("unit") != "sglang-router.service":
+            problems.append(
+                f"{host} router: {variable}={value}: port {value} is taken by PID {owner.get('pid')} ({owner.get('name', '?')}); "
+                "fix: stop that program or choose another port"
+            )
+    if port == prometheus_port:
+        problems.append(f"{host} router: sglang_router_prometheus_port={port}: same as sglang_router_port; fix: use two ports")
+    return problems
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {"sglang_router_flags": sglang_router_flags, "sglang_router_problems": sglang_router_problems}

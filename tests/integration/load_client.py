@@ -1,0 +1,67 @@
+"""Bounded load through a host's router, run inside the test host (system python3, stdlib only).
+
+python3 - <router url> <max seconds> <clients> < load_client.py
+Clients send /generate requests until /tmp/stop-load exists or the time is up; a sampler counts the
+router's healthy workers every 0.2 s. Prints one JSON line: requests, failed, first errors, fewest and most
+workers in rotation.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+import urllib.request
+
+ROUTER, SECONDS, CLIENTS = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+STOP = "/tmp/stop-load"
+deadline = time.monotonic() + SECONDS
+counts = {"requests": 0, "failed": 0}
+errors: list = []
+in_rotation: list = []
+lock = threading.Lock()
+
+
+def running() -> bool:
+    return time.monotonic() < deadline and not os.path.exists(STOP)
+
+
+def client(number: int) -> None:
+    body = json.dumps({"text": f"client {number}: hello", "sampling_params": {"max_new_tokens": 16}}).encode()
+    while running():
+        request = urllib.request.Request(f"{ROUTER}/generate", data=body, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                ok = response.status == 200 and json.loads(response.read()).get("meta_info", {}).get("completion_tokens", 0) > 0
+                error = None if ok else f"HTTP {response.status}"
+        except Exception as failure:  # every failure counts
+            ok, error = False, f"{type(failure).__name__}: {failure}"
+        with lock:
+            counts["requests"] += 1
+            if not ok:
+                counts["failed"] += 1
+                if len(errors) < 5:
+                    errors.append(error)
+
+
+def sampler() -> None:
+    while running():
+        try:
+            with urllib.request.urlopen(f"{ROUTER}/workers", timeout=5) as response:
+                workers = json.loads(response.read())["workers"]
+            in_rotation.append(sum(1 for worker in workers if worker.get("is_healthy")))
+        except Exception:
+            pass
+        time.sleep(0.2)
+
+
+threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)] + [threading.Thread(target=sampler)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(
+    json.dumps(
+        {**counts, "errors": errors, "fewest_in_rotation": min(in_rotation or [0]), "most_in_rotation": max(in_rotation or [0])}
+    )
+)

@@ -1,0 +1,92 @@
+"""b200 behind its router: a rolling restart of all seven workers under load loses no request, and a host
+that becomes unreachable mid-rollout does not stop the others."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from fleet import CONTAINERS, Run, http_status, on_host, overlay_inventory, run_playbook, unit_starts
+
+ROUTER = "http://127.0.0.1:30100"
+LOAD_CLIENT = Path(__file__).with_name("load_client.py")
+
+
+def test_router_serves_and_lists_every_worker(sandbox: Run) -> None:
+    assert http_status("b200", f"{ROUTER}/readiness") == 200
+    workers = json.loads(
+        on_host(
+            "b200", "python3", "-c", f"import urllib.request; print(urllib.request.urlopen('{ROUTER}/workers').read().decode())"
+        )
+    )
+    assert sorted(worker["url"] for worker in workers["workers"]) == [f"http://127.0.0.1:{30000 + i}" for i in range(7)]
+
+
+def test_rolling_restart_under_load_fails_no_request(sandbox: Run, tmp_path: Path) -> None:
+    before = unit_starts("b200")
+    on_host("b200", "rm", "-f", "/tmp/stop-load")
+    load = subprocess.Popen(
+        ["docker", "exec", "-i", CONTAINERS["b200"], "python3", "-", ROUTER, "600", "4"],
+        stdin=LOAD_CLIENT.open("rb"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        inventory = overlay_inventory(tmp_path, group_vars={"sglang_environment": {"SGLANG_SIM_TOKEN_SECONDS": "0.002"}})
+        rolled = run_playbook("deploy.yml", inventory=inventory, limit="b200")
+    finally:
+        on_host("b200", "touch", "/tmp/stop-load")
+        output, _ = load.communicate(timeout=120)
+    report: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    assert rolled.rc == 0, rolled.failure_messages()
+    after = unit_starts("b200")
+    assert all(before[unit] != after[unit] for unit in before), "every worker was restarted"
+    assert report["requests"] > 50
+    assert report["failed"] == 0, report["errors"]
+    assert report["fewest_in_rotation"] >= 6, "never more than one worker out of rotation"
+    restored = run_playbook("deploy.yml", limit="b200")
+    assert restored.rc == 0, restored.failure_messages()
+
+
+def test_an_unreachable_host_mid_rollout_leaves_the_others_to_finish(sandbox: Run, tmp_path: Path) -> None:
+    inventory = overlay_inventory(
+        tmp_path,
+        host_vars={
+            "ct129": {"sglang_instance_overrides": {0: {"server_args": {"max-running-requests": 32}}}},
+            "b200": {"sglang_instance_overrides": {0: {"server_args": {"max-running-requests": 256}}}},
+        },
+    )
+    killed: list[str] = []
+
+    def kill_ct129_when_a_rollout_starts(event: dict[str, Any]) -> None:
+        data = event.get("event_data", {})
+        if not killed and event.get("event") == "runner_on_start" and data.get("task", "").startswith("Roll the changed running"):
+            subprocess.run(["docker", "kill", CONTAINERS["ct129"]], check=True, capture_output=True)
+            killed.append(data.get("host", ""))
+
+    before = unit_starts("b200")
+    try:
+        interrupted = run_playbook("deploy.yml", inventory=inventory, on_event=kill_ct129_when_a_rollout_starts)
+    finally:
+        subprocess.run(["docker", "start", CONTAINERS["ct129"]], check=True, capture_output=True)
+    assert killed, "the rollout started"
+    assert interrupted.rc != 0
+    unreachable = {
+        e["event_data"]["host"] for e in interrupted.events if e.get("event") in ("runner_on_unreachable", "runner_on_failed")
+    }
+    assert unreachable == {"ct129"}
+    assert unit_starts("b200")["sglang-30000.service"] != before["sglang-30000.service"], "b200 finished its rollout"
+    converged = run_playbook("deploy.yml", inventory=inventory)
+    assert converged.rc == 0, converged.failure_messages()
+    assert run_playbook("deploy.yml", inventory=inventory).changed() == []
+    restored = run_playbook("deploy.yml")
+    assert restored.rc == 0, restored.failure_messages()
+
+
+def test_router_preflight_refuses_a_port_of_an_instance(sandbox: Run, tmp_path: Path) -> None:
+    inventory = overlay_inventory(tmp_path, host_vars={"b200": {"sglang_router_port": 30003}})
+    refused = run_playbook("deploy.yml", inventory=inventory, tags="preflight")
+    assert refused.rc != 0
+    assert "b200 router: sglang_router_port=30003: port 30003 is sglang-30003" in "\n".join(refused.failure_messages())
