@@ -6,6 +6,8 @@ router's healthy workers every 0.2 s. Prints one JSON line: requests, failed, fi
 workers in rotation.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
@@ -17,8 +19,8 @@ ROUTER, SECONDS, CLIENTS = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 STOP = "/tmp/stop-load"
 deadline = time.monotonic() + SECONDS
 counts = {"requests": 0, "failed": 0}
-errors: list = []
-in_rotation: list = []
+errors: list[str | None] = []
+in_rotation: list[int] = []
 lock = threading.Lock()
 
 

@@ -35,7 +35,8 @@ def sglang_venv_problems(
         if not SUPPORTED_PYTHON[0] <= found[:2] <= SUPPORTED_PYTHON[1]:
             shown = ".".join(map(str, found))
             problems.append(
-                f"{host} host: sglang_venv_python={json.dumps(python)}: Python {shown} has no SGLang {version} wheels (3.11-3.13 only); "
+                f"{host} host: sglang_venv_python={json.dumps(python)}: "
+                f"Python {shown} has no SGLang {version} wheels (3.11-3.13 only); "
                 "fix: install python3.11, 3.12 or 3.13 (e.g. from deadsnakes on Ubuntu 22.04) and set sglang_venv_python"
             )
     if glibc and _version(glibc) < MIN_GLIBC:
