@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration test
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench test
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -47,5 +47,8 @@ molecule: venv docker ## Molecule scenarios on local systemd containers
 
 integration: venv docker ## pytest + ansible-runner against the sandbox hosts (started if absent)
 	pytest tests/integration
+
+bench: sandbox ## Benchmarks that print figures (rollout latencies, rolling restart under load)
+	python tests/bench/bench_rollout.py
 
 test: lint unit molecule integration ## Everything CI runs

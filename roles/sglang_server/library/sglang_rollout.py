@@ -242,18 +242,24 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
                     drain(host, instance, params["drain_timeout"])
             current = batch[0]
             ready = start_and_check(host, batch, params)
+            noticed_at = host.now()
             for instance in batch:
                 current = instance
                 summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
                 if host.router:
                     host.router.add(instance["url"])
                 save_last_good(instance, params)
-                done[instance["name"]] = {"ready_seconds": ready.get(instance["unit"]), "verified": summary}
+                done[instance["name"]] = {
+                    "ready_seconds": ready.get(instance["unit"]),
+                    "noticed_at": noticed_at,
+                    "verified": summary,
+                }
         except Exception as error:
+            failed_at = host.now()
             journal = host.journal(current["unit"], params["journal_lines"], since=started - 1)
             outcomes = {instance["name"]: roll_back(host, instance, params) for instance in batch if instance["name"] not in done}
             untouched = [instance["name"] for instance in instances[start + size :]]
-            return {"restarted": done, "failed": current["name"], "reason": str(error), "journal": journal,
+            return {"restarted": done, "failed": current["name"], "failed_at": failed_at, "reason": str(error), "journal": journal,
                     "rollback": outcomes, "not_attempted": untouched}  # fmt: skip
     return {"restarted": done}
 

@@ -1,0 +1,111 @@
+"""Benchmark of safe rollouts on the sandbox (prints figures; not a test). Run by `make bench`.
+
+Measures, on b200 behind its router with a bounded load of 4 clients:
+- how long after a server is ready the deploy notices (readiness polling latency),
+- how long after a server crashes at start the deploy fails (fail-fast latency),
+- how long a rolling restart of all seven workers takes, and how many client requests failed meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fleet import CONTAINERS, Run, on_host, overlay_inventory, run_playbook
+
+ROUTER = "http://127.0.0.1:30100"
+LOAD_CLIENT = Path(__file__).resolve().parent.parent / "integration/load_client.py"
+ROLL_TASK = "Roll the changed running instances, verified, rolled back on failure"
+
+
+def journal_times(unit: str, grep: str, since: float) -> list[float]:
+    output = on_host(
+        "b200", "journalctl", "--unit", unit, "--output", "short-unix", "--no-pager", "--since", f"@{int(since)}", "--grep", grep
+    )
+    return [float(line.split()[0]) for line in output.splitlines() if line and line[0].isdigit()]
+
+
+def roll_task(run: Run) -> tuple[dict[str, Any], float]:
+    """The rollout module's result on b200 and the task's duration in seconds."""
+    for event in run.events:
+        data = event.get("event_data", {})
+        if (
+            data.get("task") == ROLL_TASK
+            and data.get("host") == "b200"
+            and event.get("event") in ("runner_on_ok", "runner_on_failed")
+        ):
+            return data["res"], float(data.get("duration") or 0.0)
+    raise RuntimeError("no rollout on b200 in this run")
+
+
+def rolling_restart_under_load(environment: dict[str, str]) -> dict[str, Any]:
+    on_host("b200", "rm", "-f", "/tmp/stop-load")
+    load = subprocess.Popen(
+        ["docker", "exec", "-i", CONTAINERS["b200"], "python3", "-", ROUTER, "900", "4"],
+        stdin=LOAD_CLIENT.open("rb"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    started = time.time()
+    with tempfile.TemporaryDirectory() as directory:
+        inventory = overlay_inventory(Path(directory), group_vars={"sglang_environment": environment})
+        run = run_playbook("deploy.yml", inventory=inventory, limit="b200")
+    on_host("b200", "touch", "/tmp/stop-load")
+    report = json.loads(load.communicate(timeout=120)[0].strip().splitlines()[-1])
+    if run.rc != 0:
+        raise RuntimeError(run.failure_messages())
+    result, duration = roll_task(run)
+    noticing = []
+    for name, outcome in result["restarted"].items():
+        ready = journal_times(f"{name}.service", "ready to roll", started)
+        if ready:
+            noticing.append(outcome["noticed_at"] - ready[-1])
+    return {"duration": duration, "instances": len(result["restarted"]), "noticing": noticing, **report}
+
+
+def crash_to_failure() -> float:
+    started = time.time()
+    with tempfile.TemporaryDirectory() as directory:
+        inventory = overlay_inventory(
+            Path(directory),
+            host_vars={"b200": {"sglang_instance_overrides": {4: {"environment": {"SGLANG_SIM_FAIL_AT_START": "bench"}}}}},
+        )
+        run = run_playbook("deploy.yml", inventory=inventory, limit="b200")
+    result, _ = roll_task(run)
+    crashed = journal_times("sglang-30004.service", "Main process exited", started)
+    return float(result["failed_at"]) - crashed[0]
+
+
+def main() -> int:
+    if run_playbook("deploy.yml", limit="b200").rc != 0:
+        print("the sandbox does not deploy cleanly; run `make sandbox` first", file=sys.stderr)
+        return 1
+    first = rolling_restart_under_load({"SGLANG_SIM_TOKEN_SECONDS": "0.002"})
+    back = rolling_restart_under_load({})
+    crash = [crash_to_failure() for _ in range(3)]
+    noticing = first["noticing"] + back["noticing"]
+    print("sglang-fleet rollout benchmark (sandbox b200: 7 simulator workers behind sglang-router, 4 clients)")
+    print(
+        f"  server ready -> deploy notices   mean {statistics.mean(noticing):.2f} s, max {max(noticing):.2f} s over {len(noticing)} restarts"
+    )
+    print(
+        f"  crash at start -> deploy fails   mean {statistics.mean(crash):.2f} s, max {max(crash):.2f} s over {len(crash)} crashes"
+    )
+    for label, roll in (("rolling restart (change)", first), ("rolling restart (back)  ", back)):
+        print(
+            f"  {label}         {roll['duration']:.1f} s for {roll['instances']} workers, "
+            f"{roll['failed']} of {roll['requests']} requests failed, "
+            f"{7 - roll['fewest_in_rotation']} worker(s) out of rotation at most"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
