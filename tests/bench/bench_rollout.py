@@ -92,12 +92,8 @@ def main() -> int:
     crash = [crash_to_failure() for _ in range(3)]
     noticing = first["noticing"] + back["noticing"]
     print("sglang-fleet rollout benchmark (sandbox b200: 7 simulator workers behind sglang-router, 4 clients)")
-    print(
-        f"  server ready -> deploy notices   mean {statistics.mean(noticing):.2f} s, max {max(noticing):.2f} s over {len(noticing)} restarts"
-    )
-    print(
-        f"  crash at start -> deploy fails   mean {statistics.mean(crash):.2f} s, max {max(crash):.2f} s over {len(crash)} crashes"
-    )
+    for label, values, what in (("server ready -> deploy notices", noticing, "restarts"), ("crash at start -> deploy fails", crash, "crashes")):
+        print(f"  {label:32} mean {statistics.mean(values):.2f} s, max {max(values):.2f} s over {len(values)} {what}")
     for label, roll in (("rolling restart (change)", first), ("rolling restart (back)  ", back)):
         print(
             f"  {label}         {roll['duration']:.1f} s for {roll['instances']} workers, "

@@ -259,8 +259,15 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
             journal = host.journal(current["unit"], params["journal_lines"], since=started - 1)
             outcomes = {instance["name"]: roll_back(host, instance, params) for instance in batch if instance["name"] not in done}
             untouched = [instance["name"] for instance in instances[start + size :]]
-            return {"restarted": done, "failed": current["name"], "failed_at": failed_at, "reason": str(error), "journal": journal,
-                    "rollback": outcomes, "not_attempted": untouched}  # fmt: skip
+            return {
+                "restarted": done,
+                "failed": current["name"],
+                "failed_at": failed_at,
+                "reason": str(error),
+                "journal": journal,
+                "rollback": outcomes,
+                "not_attempted": untouched,
+            }
     return {"restarted": done}
 
 
