@@ -92,7 +92,8 @@ def main() -> int:
     crash = [crash_to_failure() for _ in range(3)]
     noticing = first["noticing"] + back["noticing"]
     print("sglang-fleet rollout benchmark (sandbox b200: 7 simulator workers behind sglang-router, 4 clients)")
-    for label, values, what in (("server ready -> deploy notices", noticing, "restarts"), ("crash at start -> deploy fails", crash, "crashes")):
+    latencies = (("server ready -> deploy notices", noticing, "restarts"), ("crash at start -> deploy fails", crash, "crashes"))
+    for label, values, what in latencies:
         print(f"  {label:32} mean {statistics.mean(values):.2f} s, max {max(values):.2f} s over {len(values)} {what}")
     for label, roll in (("rolling restart (change)", first), ("rolling restart (back)  ", back)):
         print(
