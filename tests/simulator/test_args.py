@@ -97,12 +97,31 @@ def test_production_command_lines_parse() -> None:
     assert b200["mem_fraction_static"] == 0.9 and b200["context_length"] == 8192
 
 
-def test_config_file_is_rejected(sim_env: Env) -> None:
-    result = run_sim(
-        "sglang_simulator.check_args", ["--model-path", "/m", "--config", "x.yaml"], sim_env.environ()
+def test_config_file_options_come_before_the_command_line(sim_env: Env, tmp_path: Path) -> None:
+    config = tmp_path / "secret.yaml"
+    config.write_text(
+        '# options\napi-key: "s3cret key"\nport: 31000\ntrust-remote-code: true\nenable-metrics: false\n'
     )
-    assert result.returncode == 2
-    assert "--config (a YAML file of options) is not supported" in result.stderr
+    result = run_sim(
+        "sglang_simulator.check_args",
+        ["--model-path", "/m", "--config", str(config), "--port", "32000"],
+        sim_env.environ(),
+    )
+    assert result.returncode == 0, result.stderr
+    settings = json.loads(result.stdout)
+    assert settings["api_key"] == "s3cret key" and settings["trust_remote_code"] is True
+    assert settings["port"] == 32000, "the command line wins over the file"
+    assert settings["enable_metrics"] is False
+
+
+def test_config_file_that_is_not_flat_or_not_yaml_is_refused(sim_env: Env, tmp_path: Path) -> None:
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("json-model-override-args:\n  a: 1\n")
+    for path, message in ((str(nested), "flat mapping"), (str(tmp_path / "x.txt"), "must be YAML")):
+        result = run_sim(
+            "sglang_simulator.check_args", ["--model-path", "/m", "--config", path], sim_env.environ()
+        )
+        assert result.returncode == 2 and message in result.stderr
 
 
 def test_check_args_cli(sim_env: Env) -> None:

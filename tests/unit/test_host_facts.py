@@ -8,7 +8,7 @@ import sglang_host_facts as module
 
 
 def test_parse_gpus() -> None:
-    text = "0, GPU-a, NVIDIA B200, 183359, 1, 580.95.05\n1, GPU-b, NVIDIA B200, 183359, 0, 580.95.05\n"
+    text = "0, GPU-a, NVIDIA B200, 183359, 1, 580.95.05, 0\n1, GPU-b, NVIDIA B200, 183359, 0, 580.95.05, [N/A]\n"
     gpus = module.parse_gpus(text)
     assert [g["index"] for g in gpus] == [0, 1]
     assert gpus[0] == {
@@ -18,7 +18,9 @@ def test_parse_gpus() -> None:
         "memory_total_mib": 183359,
         "memory_used_mib": 1,
         "driver_version": "580.95.05",
+        "minor_number": 0,
     }
+    assert gpus[1]["minor_number"] is None
 
 
 def test_parse_listening_keeps_listen_sockets_only() -> None:

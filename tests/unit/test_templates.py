@@ -33,6 +33,8 @@ def render(name: str, **variables: Any) -> str:
         "sglang_venv_runtime": "sglang",
         "sglang_venv_bin": "/opt/sglang/sglang-0.5.23/bin",
         "sglang_server_helper_dir": "/usr/local/lib/sglang-fleet",
+        "sglang_server_secrets_dir": "/etc/sglang-fleet/secrets",
+        "sglang_api_key": "",
         "sglang_venv_launcher": {"sglang": ["/opt/sglang/sglang-0.5.23/bin/python", "-m", "sglang.launch_server"]},
         "sglang_server_base_environment": {"CUDA_HOME": "/usr/local/cuda", "HOME": "/var/lib/sglang"},
         **variables,
@@ -57,6 +59,10 @@ def test_unit_runs_the_planned_command_line(plan: Plan, host: str) -> None:
         assert unit["Restart"] == "on-failure"
         assert unit["KillMode"] == "control-group"
         assert unit["ExecStartPre"].endswith("check_gpus_free.py --wait 30")
+        assert [line for line in text.splitlines() if line.startswith("DeviceAllow=/dev/nvidia") and line[23:24].isdigit()] == [
+            f"DeviceAllow={device} rw" for device in instance["gpu_devices"]
+        ]
+        assert unit["DevicePolicy"] == "closed" and unit["ProtectSystem"] == "strict" and unit["CapabilityBoundingSet"] == ""
         assert unit["User"] == "sglang"
         assert unit["SyslogIdentifier"] == instance["name"]
         assert "nohup" not in text and "/bin/sh" not in text
@@ -71,3 +77,14 @@ def test_environment_file_has_the_instance_gpus_and_the_base(plan: Plan) -> None
     assert values["NCCL_DEBUG"] == "WARN"
     assert values["GREETING"] == '"hello world"'
     assert list(values) == sorted(values), "sorted, so a rendering is stable"
+
+
+def test_an_api_key_goes_to_a_config_file_never_to_the_command_line(plan: Plan) -> None:
+    instance = plan("ct129")["instances"][0]
+    text = render("sglang.service.j2", sglang_server_instance=instance, sglang_api_key="s3cret")
+    assert "s3cret" not in text
+    argv = shlex.split(unit_lines(text)["ExecStart"])
+    assert argv[-2:] == ["--config", "/etc/sglang-fleet/secrets/sglang-30000.yaml"]
+    assert render("sglang.secret.yaml.j2", sglang_server_instance=instance, sglang_api_key='a "quoted" key').endswith(
+        'api-key: "a \\"quoted\\" key"\n'
+    )

@@ -312,6 +312,14 @@ def _derive_instances(plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int
     model_path = str(settings["model_path"])
     served_name = settings["served_model_name"] or model_path.rstrip("/").rsplit("/", 1)[-1]
     listen_host = str(settings["listen_host"])
+    if listen_host not in ("127.0.0.1", "::1", "localhost") and not settings.get("has_api_key"):
+        plan.problem(
+            "host",
+            "sglang_listen_host",
+            listen_host,
+            "servers reachable beyond this host need an API key",
+            "set sglang_api_key (from ansible-vault) or keep 127.0.0.1 and put the router in front",
+        )
     instances = []
     for index in range(count):
         override = _instance_override(settings["instance_overrides"], index)
@@ -354,6 +362,8 @@ def _derive_instances(plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int
             argv += render_flag(flag, value)
         environment = {str(k): str(v) for k, v in _merge(settings["environment"], override.get("environment")).items()}
         environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in gpus)
+        # CUDA numbers GPUs fastest first unless told otherwise; nvidia-smi (and sglang_gpu_ids) by PCI bus.
+        environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         algorithm = speculative.get("algorithm")
         instances.append(
             {
@@ -586,6 +596,10 @@ def sglang_plan(settings: Mapping[str, Any], facts: Mapping[str, Any], table: Ma
         return {"instances": [], "problems": plan.problems}
     gpu_ids = [int(gpu) for gpu in settings["gpu_ids"]] if settings["gpu_ids"] else detected
     instances = _derive_instances(plan, settings, gpu_ids, support)
+    minors = {gpu["index"]: gpu.get("minor_number", gpu["index"]) for gpu in facts.get("gpus") or []}
+    for instance in instances:
+        # The device nodes the instance may open (its unit allows only these and the driver's shared ones).
+        instance["gpu_devices"] = [f"/dev/nvidia{minors.get(gpu, gpu)}" for gpu in instance["gpu_ids"]]
     weight_bytes = _model_problems(plan, settings, facts.get("model") or {}, instances, support)
     _memory_problems(plan, settings, facts, instances, weight_bytes)
     _gpu_and_port_problems(plan, settings, facts, instances)

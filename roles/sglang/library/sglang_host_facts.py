@@ -36,7 +36,7 @@ ansible_facts:
   type: dict
 """
 
-GPU_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version"
+GPU_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,minor_number"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
 TCP_LISTEN = "0A"
 
@@ -48,7 +48,7 @@ def parse_csv(text: str) -> list[list[str]]:
 
 def parse_gpus(text: str) -> list[dict[str, Any]]:
     gpus = []
-    for index, uuid, name, total, used, driver in parse_csv(text):
+    for index, uuid, name, total, used, driver, minor in parse_csv(text):
         gpus.append(
             {
                 "index": int(index),
@@ -57,6 +57,7 @@ def parse_gpus(text: str) -> list[dict[str, Any]]:
                 "memory_total_mib": int(float(total)),
                 "memory_used_mib": int(float(used)),
                 "driver_version": driver,
+                "minor_number": int(minor) if minor.isdigit() else None,
             }
         )
     return gpus

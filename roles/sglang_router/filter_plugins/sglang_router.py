@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -19,10 +20,21 @@ def sglang_router_flags(extra: dict[str, Any]) -> list[str]:
 
 
 def sglang_router_problems(
-    host: str, port: int, prometheus_port: int, instances: list[dict[str, Any]], listening: list[dict[str, Any]]
+    host: str,
+    port: int,
+    prometheus_port: int,
+    instances: list[dict[str, Any]],
+    listening: list[dict[str, Any]],
+    bind: str = "127.0.0.1",
+    has_api_key: bool = False,
 ) -> list[str]:
-    """The router's ports must not be an instance's, nor taken by another program."""
+    """The router's ports must not be an instance's, nor taken by another program; beyond loopback it needs a key."""
     problems = []
+    if bind not in ("127.0.0.1", "::1", "localhost") and not has_api_key:
+        problems.append(
+            f"{host} router: sglang_router_host={json.dumps(bind)}: a router reachable beyond this host needs an API key; "
+            "fix: set sglang_api_key (from ansible-vault) or keep 127.0.0.1"
+        )
     taken = {instance["port"]: instance["name"] for instance in instances}
     taken.update({instance["nccl_port"]: f"{instance['name']}'s NCCL port" for instance in instances})
     owners = {entry["port"]: entry for entry in listening}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -80,6 +81,10 @@ options:
     description: Journal lines in the failure message.
     type: int
     default: 40
+  api_key:
+    description: The servers' and the router's API key (never logged).
+    type: str
+    default: ""
 author: sglang-fleet
 """
 
@@ -274,23 +279,25 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
 class Router:
     """The host's sglang-router: workers leave rotation before a restart and rejoin after verification."""
 
-    def __init__(self, url: str, timeout: float = 120.0) -> None:
-        self.url, self.timeout = url, timeout
+    def __init__(self, url: str, api_key: str = "", timeout: float = 120.0) -> None:
+        self.url, self.api_key, self.timeout = url, api_key, timeout
 
     def remove(self, worker_url: str) -> None:
-        sglang_router_client.remove_worker(self.url, worker_url, timeout=30)
+        sglang_router_client.remove_worker(self.url, worker_url, timeout=30, api_key=self.api_key)
 
     def add(self, worker_url: str) -> None:
-        sglang_router_client.add_worker(self.url, worker_url, timeout=self.timeout, replace=True)
+        sglang_router_client.add_worker(
+            self.url, worker_url, timeout=self.timeout, api_key=self.api_key, worker_api_key=self.api_key, replace=True
+        )
 
 
-def router_for(url: str) -> Router | None:
+def router_for(url: str, api_key: str) -> Router | None:
     """The router at `url`, or None when it does not answer (not deployed yet: nothing to take out of rotation)."""
     try:
-        sglang_router_client.list_workers(url)
+        sglang_router_client.list_workers(url, api_key=api_key)
     except sglang_router_client.RouterError:
         return None
-    return Router(url)
+    return Router(url, api_key)
 
 
 def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:
@@ -320,6 +327,7 @@ def main() -> None:
             "probe_tokens": {"type": "int", "default": 256},
             "min_accept_length": {"type": "float", "default": 1.0},
             "journal_lines": {"type": "int", "default": 40},
+            "api_key": {"type": "str", "default": "", "no_log": True},
         },
         supports_check_mode=True,
     )
@@ -327,7 +335,10 @@ def main() -> None:
     names = [instance["name"] for instance in params["instances"]]
     if module.check_mode or not names:
         module.exit_json(changed=bool(names), restarted={}, would_restart=names)
-    host = Host(router=router_for(params["router_url"]) if params["router_url"] else None)
+    host = Host(
+        get_json=functools.partial(http_json, api_key=params["api_key"]),
+        router=router_for(params["router_url"], params["api_key"]) if params["router_url"] else None,
+    )
     result = rollout(host, params["instances"], params)
     if "failed" in result:
         rollback = "; ".join(f"{name}: {outcome}" for name, outcome in result["rollback"].items())

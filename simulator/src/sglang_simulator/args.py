@@ -319,19 +319,60 @@ def build_parser(facts: Facts | None = None) -> SimulatorParser:
     return parser
 
 
-def reject_config_file(argv: Sequence[str]) -> None:
-    """``--config file.yaml`` needs PyYAML; the simulator is stdlib-only."""
-    if "--config" in argv:
-        print(
-            f"{PROG}: error: --config (a YAML file of options) is not supported by "
-            "the SGLang simulator; pass the options on the command line instead",
-            file=sys.stderr,
-        )
+def _config_value(text: str) -> str | bool:
+    """A scalar of a flat YAML mapping: quotes removed, true/false as booleans, anything else as written."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def merge_config_file(argv: Sequence[str]) -> list[str]:
+    """``--config file.yaml`` like SGLang 0.5.23: the file's options go first, the other arguments win.
+
+    The simulator is stdlib-only, so it reads a flat mapping of scalars (``api-key: "..."``, ``port: 30000``,
+    ``trust-remote-code: true``), which is what sglang-fleet writes; nested values and lists exit 2.
+    """
+    argv = list(argv)
+    if "--config" not in argv:
+        return argv
+    index = argv.index("--config")
+    if index == len(argv) - 1 or argv.count("--config") > 1:
+        print(f"{PROG}: error: --config needs exactly one YAML file", file=sys.stderr)
         raise SystemExit(2)
+    path = argv[index + 1]
+    if not path.endswith((".yaml", ".yml")):
+        print(f"{PROG}: error: Config file must be YAML format, got: {path}", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError as error:
+        print(f"{PROG}: error: Config file not found: {path} ({error})", file=sys.stderr)
+        raise SystemExit(2) from error
+    options: list[str] = []
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, separator, raw = line.partition(":")
+        if not separator or line[:1].isspace() or raw.strip() in ("", "|", ">") or raw.strip()[:1] in "[{-":
+            print(
+                f"{PROG}: error: the simulator reads a flat mapping of scalars from --config; "
+                f"cannot read: {line!r}",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+        value = _config_value(raw)
+        if value is True:
+            options.append(f"--{key.strip()}")
+        elif value is not False:
+            options += [f"--{key.strip()}", str(value)]
+    return options + argv[:index] + argv[index + 2 :]
 
 
 def parse_args(argv: Sequence[str], facts: Facts | None = None) -> dict[str, Any]:
     """Parse like ``prepare_server_args``; exits 2 on a bad command line."""
-    reject_config_file(argv)
-    namespace = build_parser(facts).parse_args(list(argv))
+    namespace = build_parser(facts).parse_args(merge_config_file(argv))
     return dict(vars(namespace))

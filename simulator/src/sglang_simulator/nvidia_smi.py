@@ -6,7 +6,7 @@ live processes (``SGLANG_SIM_STATE_DIR``).  Supported::
     nvidia-smi                                   # short summary table
     nvidia-smi -L
     nvidia-smi --query-gpu=index,name,uuid,memory.total,memory.used,memory.free,
-               driver_version,pci.bus_id,count --format=csv[,noheader][,nounits]
+               driver_version,pci.bus_id,count,minor_number --format=csv[,noheader][,nounits]
     nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory,process_name --format=csv
     -i/--id=<index|uuid>[,...] to select GPUs
 
@@ -39,7 +39,7 @@ USAGE = """NVIDIA System Management Interface (SGLang simulator stand-in)
                [--query-compute-apps=FIELDS --format=...]
 
 GPU fields: index, name, uuid, memory.total, memory.used, memory.free,
-            driver_version, pci.bus_id, count
+            driver_version, pci.bus_id, count, minor_number
 App fields: pid, process_name, gpu_uuid, gpu_name, gpu_bus_id, used_memory
 """
 
@@ -139,6 +139,8 @@ def _gpu_columns(inventory: Inventory, used: Mapping[str, int], count: int) -> d
         "driver_version": Column("driver_version", None, lambda g: inventory.driver_version),
         "pci.bus_id": Column("pci.bus_id", None, lambda g: g.pci_bus_id),
         "count": Column("count", None, lambda g: count),
+        # The device node is /dev/nvidia<minor_number>; the stand-in numbers them like its indexes.
+        "minor_number": Column("minor_number", None, lambda g: g.index),
     }
 
 
