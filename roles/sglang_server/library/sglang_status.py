@@ -1,0 +1,123 @@
+#!/usr/bin/python
+"""Ansible module: what each SGLang instance on the host is doing, in fields safe to print."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from typing import Any
+
+from ansible.module_utils.sglang_readiness import http_json, http_status
+
+DOCUMENTATION = r"""
+module: sglang_status
+short_description: Reports each SGLang instance's health, settings, uptime, restarts and unit sandboxing
+description:
+  - For each instance reads its unit from systemd (state, uptime, restart count), asks C(/health_generate),
+    reads C(/server_info) (SGLang version, speculative algorithm, average accept length) and scores the unit
+    with C(systemd-analyze security).
+  - Returns only those fields. C(/server_info) also echoes the API key; it is never returned.
+  - Changes nothing.
+options:
+  instances:
+    description: The planned instances.
+    type: list
+    elements: dict
+    required: true
+  api_key:
+    description: The servers' API key.
+    type: str
+    default: ""
+author: sglang-fleet
+"""
+
+EXAMPLES = r"""
+- name: Read the instances' status
+  sglang_status:
+    instances: "{{ sglang_instances }}"
+"""
+
+RETURN = r"""
+instances:
+  description: One entry per instance (name, port, gpus, model, version, speculative_algorithm, accept_length,
+    health, active_state, uptime_seconds, restarts, exposure).
+  returned: always
+  type: list
+"""
+
+PROPERTIES = ("ActiveState", "NRestarts", "ActiveEnterTimestamp")
+
+
+def unit_properties(unit: str) -> dict[str, str]:
+    output = subprocess.run(
+        ["systemctl", "show", "--timestamp=unix", unit, *(f"--property={name}" for name in PROPERTIES)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
+
+
+def exposure(unit: str) -> float | None:
+    """The overall exposure systemd-analyze security gives the unit (0 safest, 10 unsafe)."""
+    output = subprocess.run(
+        ["systemd-analyze", "security", "--no-pager", unit], capture_output=True, text=True, check=False
+    ).stdout
+    match = re.search(r"Overall exposure level for \S+: ([0-9.]+)", output)
+    return float(match.group(1)) if match else None
+
+
+def health(url: str) -> str:
+    code = http_status(f"{url}/health_generate", timeout=30.0)
+    return "ready" if code == 200 else ("starting" if code == 503 else f"down ({code or 'no answer'})")
+
+
+def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, Any]:
+    unit = unit_properties(instance["unit"])
+    started = unit.get("ActiveEnterTimestamp", "").lstrip("@")
+    state = {
+        "name": instance["name"],
+        "port": instance["port"],
+        "gpus": ",".join(str(gpu) for gpu in instance["gpu_ids"]),
+        "model": instance["served_model_name"],
+        "active_state": unit.get("ActiveState", "?"),
+        "restarts": int(unit.get("NRestarts") or 0),
+        "uptime_seconds": int(now - float(started)) if unit.get("ActiveState") == "active" and started.isdigit() else None,
+        "health": health(instance["url"]),
+        "exposure": exposure(instance["unit"]),
+        "version": None,
+        "speculative_algorithm": None,
+        "accept_length": None,
+    }
+    try:
+        info = http_json(f"{instance['url']}/server_info", api_key=api_key, timeout=30.0)
+    except Exception:
+        return state
+    internal = (info.get("internal_states") or [{}])[0]
+    state.update(
+        version=info.get("version"),
+        speculative_algorithm=info.get("speculative_algorithm"),
+        accept_length=internal.get("avg_spec_accept_length"),
+    )
+    return state
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "instances": {"type": "list", "elements": "dict", "required": True},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+        },
+        supports_check_mode=True,
+    )
+    now = time.time()
+    module.exit_json(
+        changed=False, instances=[describe(instance, module.params["api_key"], now) for instance in module.params["instances"]]
+    )
+
+
+if __name__ == "__main__":
+    main()
