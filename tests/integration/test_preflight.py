@@ -10,6 +10,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,32 @@ def fleet_state() -> dict[str, tuple[str, dict[str, str]]]:
     return {host: (file_digests(host), unit_starts(host)) for host in CONTAINERS}
 
 
+def refuse(case: dict[str, Any], directory: Path) -> Run:
+    inventory = overlay_inventory(directory, host_vars=case.get("host_vars"), group_vars=case.get("group_vars"))
+    return run_playbook("deploy.yml", inventory=inventory)
+
+
+@pytest.fixture(scope="module")
+def refused(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Run], bool]]:
+    """Every corpus case deployed once, four at a time, each inside its own setup; and whether the fleet
+    (unit and environment files, instance start times) was the same before and after all of them.
+
+    Cases run side by side: none may change anything, and each asserts only its own message.
+    """
+    before = fleet_state()
+    with contextlib.ExitStack() as setups:
+        for name in sorted({case["setup"] for case in CORPUS if case.get("setup")}):
+            setups.enter_context(SETUPS[name]())
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            runs = dict(
+                zip(
+                    [case["id"] for case in CORPUS],
+                    pool.map(lambda case: refuse(case, tmp_path_factory.mktemp(case["id"])), CORPUS),
+                )
+            )
+    yield runs, fleet_state() == before
+
+
 def test_corpus_is_large_and_named_uniquely() -> None:
     ids = [case["id"] for case in CORPUS]
     assert len(ids) >= 30 and len(set(ids)) == len(ids)
@@ -107,17 +134,15 @@ def test_corpus_is_large_and_named_uniquely() -> None:
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=[case["id"] for case in CORPUS])
-def test_bad_inventory_is_refused_before_any_change(sandbox: Run, tmp_path: Path, case: dict[str, Any]) -> None:
-    inventory = overlay_inventory(tmp_path, host_vars=case.get("host_vars"), group_vars=case.get("group_vars"))
-    before = fleet_state()
-    with SETUPS[case["setup"]]() if case.get("setup") else contextlib.nullcontext():
-        result = run_playbook("deploy.yml", inventory=inventory)
+def test_bad_inventory_is_refused_before_any_change(refused: tuple[dict[str, Run], bool], case: dict[str, Any]) -> None:
+    runs, unchanged = refused
+    result = runs[case["id"]]
     assert result.rc != 0
     report = "\n".join(result.failure_messages())
     for fragment in case["expect"]:
         assert fragment in report, report
-    assert fleet_state() == before, "a refused deploy changed a unit, an environment file or restarted an instance"
     assert result.changed() == [], result.changed()
+    assert unchanged, "a refused deploy changed a unit, an environment file or restarted an instance"
 
 
 def test_production_settings_pass_preflight(sandbox: Run) -> None:
