@@ -118,12 +118,8 @@ def refused(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         for name in sorted({case["setup"] for case in CORPUS if case.get("setup")}):
             setups.enter_context(SETUPS[name]())
         with ThreadPoolExecutor(max_workers=4) as pool:
-            runs = dict(
-                zip(
-                    [case["id"] for case in CORPUS],
-                    pool.map(lambda case: refuse(case, tmp_path_factory.mktemp(case["id"])), CORPUS),
-                )
-            )
+            results = pool.map(lambda case: refuse(case, tmp_path_factory.mktemp(case["id"])), CORPUS)
+            runs = dict(zip([case["id"] for case in CORPUS], results, strict=True))
     yield runs, fleet_state() == before
 
 

@@ -1,0 +1,145 @@
+"""Operating the sandbox fleet: status table, Prometheus files, throughput bench, API key, check mode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import yaml
+from fleet import ROOT, Run, file_digests, http_status, on_host, overlay_inventory, run_playbook, unit_starts
+
+VAULT_PASSWORD = "sandbox-vault-password"
+API_KEY = "sk-sandbox-0123456789"
+
+
+def test_status_table_shows_every_instance_ready_and_sandboxed(sandbox: Run) -> None:
+    result = run_playbook("playbooks/status.yml")
+    assert result.rc == 0, result.failure_messages()
+    table = next(data["res"]["msg"] for data in result.results() if data["task"] == "Show every instance")
+    assert table[0].split() == [
+        "HOST",
+        "INSTANCE",
+        "PORT",
+        "GPUS",
+        "MODEL",
+        "SGLANG",
+        "SPEC",
+        "ACCEPT",
+        "HEALTH",
+        "UPTIME",
+        "RESTARTS",
+        "EXPOSURE",
+    ]
+    rows = [line.split() for line in table[1:]]
+    assert [(row[0], row[1]) for row in rows] == [("ct129", "sglang-30000")] + [("b200", f"sglang-{30000 + i}") for i in range(7)]
+    for row in rows:
+        assert row[5] == "0.5.23" and row[6] == "EAGLE" and row[8] == "ready"
+        assert float(row[11]) <= 3.0, "systemd-analyze security exposure of the unit"
+
+
+def test_prometheus_targets_and_alert_rules(sandbox: Run, tmp_path: Path) -> None:
+    result = run_playbook("playbooks/prometheus.yml", extravars={"sglang_prometheus_dir": str(tmp_path)})
+    assert result.rc == 0, result.failure_messages()
+    targets = json.loads((tmp_path / "sglang-targets.json").read_text())
+    jobs = [(entry["labels"]["job"], entry["targets"][0]) for entry in targets]
+    assert jobs.count(("sglang-router", "sglang-sandbox-b200:29000")) == 1
+    assert sorted(target for job, target in jobs if job == "sglang") == sorted(
+        ["sglang-sandbox-ct129:30000"] + [f"sglang-sandbox-b200:{30000 + i}" for i in range(7)]
+    )
+    rules = yaml.safe_load((tmp_path / "sglang-alerts.yml").read_text())
+    alerts = {rule["alert"]: rule["expr"] for group in rules["groups"] for rule in group["rules"]}
+    assert set(alerts) == {
+        "SGLangInstanceDown",
+        "SGLangAcceptLengthCollapsed",
+        "SGLangQueueGrowing",
+        "SGLangRouterDown",
+        "SGLangRouterWorkerUnhealthy",
+    }
+    metrics = on_host(
+        "b200",
+        "python3",
+        "-c",
+        "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:30001/metrics').read().decode())",
+    )
+    for name in ("sglang:spec_accept_length", "sglang:num_queue_reqs"):
+        assert name in metrics and any(name in expr for expr in alerts.values())
+
+
+def test_bench_measures_every_instance_and_the_router(sandbox: Run, tmp_path: Path) -> None:
+    result = run_playbook("playbooks/bench.yml", extravars={"sglang_bench_dir": str(tmp_path), "sglang_bench_requests": 4})
+    assert result.rc == 0, result.failure_messages()
+    endpoints = json.loads((tmp_path / "bench.json").read_text())["endpoints"]
+    assert [e["name"] for e in endpoints] == ["ct129/sglang-30000"] + [f"b200/sglang-{30000 + i}" for i in range(7)] + [
+        "b200/router"
+    ]
+    for endpoint in endpoints:
+        assert [r["concurrency"] for r in endpoint["results"]] == [1, 8]
+        assert all(r["tokens_per_second"] > 0 and r["failed"] == 0 for r in endpoint["results"])
+    assert all(e["accept_length"] > 1.0 for e in endpoints if e["name"] != "b200/router")
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_api_key_from_vault_protects_the_servers_and_is_never_shown(sandbox: Run, tmp_path: Path) -> None:
+    password = tmp_path / "vault-password"
+    password.write_text(VAULT_PASSWORD)
+    encrypted = subprocess.run(
+        [
+            str(ROOT / ".venv/bin/ansible-vault"),
+            "encrypt_string",
+            "--vault-password-file",
+            str(password),
+            API_KEY,
+            "--name",
+            "sglang_api_key",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    inventory = overlay_inventory(tmp_path)
+    (inventory / "group_vars" / "all.yml").write_text((inventory / "group_vars" / "all.yml").read_text() + "\n" + encrypted)
+    vault = f"--vault-password-file {password}"
+    try:
+        keyed = run_playbook("deploy.yml", inventory=inventory, cmdline=f"{vault} --diff")
+        assert keyed.rc == 0, keyed.failure_messages()
+        assert all(API_KEY not in json.dumps(event) for event in keyed.events), "the key appears in the deploy's output"
+        listing = on_host(
+            "b200",
+            "stat",
+            "--format=%n %a %U",
+            "/etc/sglang-fleet/secrets/sglang-30003.yaml",
+            "/etc/sglang-fleet/secrets/router.env",
+        )
+        assert listing.split("\n")[:2] == [
+            "/etc/sglang-fleet/secrets/sglang-30003.yaml 600 sglang",
+            "/etc/sglang-fleet/secrets/router.env 600 root",
+        ]
+        assert API_KEY not in on_host("b200", "systemctl", "cat", "sglang-30003.service")
+        assert http_status("b200", "http://127.0.0.1:30003/v1/models") == 401
+        assert http_status("b200", "http://127.0.0.1:30003/health_generate") == 200
+        status = run_playbook("playbooks/status.yml", inventory=inventory, cmdline=vault)
+        assert status.rc == 0 and all(API_KEY not in json.dumps(event) for event in status.events)
+    finally:
+        restored = run_playbook("deploy.yml")
+    assert restored.rc == 0, restored.failure_messages()
+    assert http_status("b200", "http://127.0.0.1:30003/v1/models") == 200
+    assert on_host("b200", "ls", "/etc/sglang-fleet/secrets") == ""
+
+
+def test_check_mode_tells_the_truth_and_changes_nothing(sandbox: Run, tmp_path: Path) -> None:
+    converged = run_playbook("deploy.yml", cmdline="--check --diff")
+    assert converged.rc == 0 and converged.changed_count() == 0, converged.changed()
+    before = (file_digests("b200"), unit_starts("b200"))
+    inventory = overlay_inventory(
+        tmp_path, host_vars={"b200": {"sglang_instance_overrides": {5: {"server_args": {"max-running-requests": 64}}}}}
+    )
+    planned = run_playbook("deploy.yml", inventory=inventory, cmdline="--check --diff", limit="b200")
+    assert planned.rc == 0, planned.failure_messages()
+    diffs = [
+        d for data in planned.results("runner_item_on_ok") for d in data["res"].get("diff", []) if data["res"].get("changed")
+    ]
+    assert any("--max-running-requests 64" in d.get("after", "") for d in diffs), "the unit diff is shown"
+    rolls = [data["res"] for data in planned.results() if data["task"].startswith("Roll the changed running")]
+    assert rolls and rolls[0]["would_restart"] == ["sglang-30005"]
+    assert (file_digests("b200"), unit_starts("b200")) == before, "check mode changed or restarted something"
