@@ -78,6 +78,21 @@ def run_playbook(
         return Run(rc=int(runner.rc), status=str(runner.status), events=list(runner.events))
 
 
+def run_module(module: str, pattern: str = "sglang_servers", inventory: Path = SANDBOX_INVENTORY) -> Run:
+    """An ad-hoc module run (`ansible <pattern> -m <module>`)."""
+    with tempfile.TemporaryDirectory(prefix="sglang-fleet-runner-") as private:
+        runner = ansible_runner.run(
+            private_data_dir=private,
+            project_dir=str(ROOT),
+            module=module,
+            host_pattern=pattern,
+            inventory=str(inventory),
+            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+            quiet=True,
+        )
+        return Run(rc=int(runner.rc), status=str(runner.status), events=list(runner.events))
+
+
 def overlay_inventory(
     directory: Path, host_vars: dict[str, dict[str, Any]] | None = None, group_vars: dict[str, Any] | None = None
 ) -> Path:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fleet import CONTAINERS, Run, on_host, overlay_inventory, run_playbook
+from fleet import CONTAINERS, Run, on_host, overlay_inventory, run_module, run_playbook
 
 ROUTER = "http://127.0.0.1:30100"
 LOAD_CLIENT = Path(__file__).resolve().parent.parent / "integration/load_client.py"
@@ -83,6 +83,19 @@ def crash_to_failure() -> float:
     return float(result["failed_at"]) - crashed[0]
 
 
+def timed(action: Any) -> tuple[float, Run]:
+    start = time.monotonic()
+    run = action()
+    return time.monotonic() - start, run
+
+
+def noop_redeploy() -> tuple[float, float, int]:
+    """Seconds of a no-op redeploy of both hosts, of `ansible -m setup` on them, and the redeploy's changed count."""
+    deploys = [timed(lambda: run_playbook("deploy.yml")) for _ in range(2)]
+    setups = [timed(lambda: run_module("setup")) for _ in range(2)]
+    return min(t for t, _ in deploys), min(t for t, _ in setups), deploys[-1][1].changed_count()
+
+
 def main() -> int:
     if run_playbook("deploy.yml", limit="b200").rc != 0:
         print("the sandbox does not deploy cleanly; run `make sandbox` first", file=sys.stderr)
@@ -90,6 +103,7 @@ def main() -> int:
     first = rolling_restart_under_load({"SGLANG_SIM_TOKEN_SECONDS": "0.002"})
     back = rolling_restart_under_load({})
     crash = [crash_to_failure() for _ in range(3)]
+    redeploy, setup, changed = noop_redeploy()
     noticing = first["noticing"] + back["noticing"]
     print("sglang-fleet rollout benchmark (sandbox b200: 7 simulator workers behind sglang-router, 4 clients)")
     latencies = (("server ready -> deploy notices", noticing, "restarts"), ("crash at start -> deploy fails", crash, "crashes"))
@@ -101,6 +115,10 @@ def main() -> int:
             f"{roll['failed']} of {roll['requests']} requests failed, "
             f"{7 - roll['fewest_in_rotation']} worker(s) out of rotation at most"
         )
+    print(
+        f"  no-op redeploy (2 hosts, 8 instances) {redeploy:.1f} s, changed={changed}; "
+        f"ansible -m setup on the same hosts {setup:.1f} s; ratio {redeploy / setup:.1f}x"
+    )
     return 0
 
 
