@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench test
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install test
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -50,5 +50,8 @@ integration: venv docker ## pytest + ansible-runner against the sandbox hosts (s
 
 bench: sandbox ## Benchmarks that print figures (rollout latencies, rolling restart under load)
 	python tests/bench/bench_rollout.py
+
+bench-install: venv docker ## Benchmark real installs: bytes fetched and time, cold and warm (~35 GB of disk)
+	python tests/bench/bench_install.py
 
 test: lint unit molecule integration ## Everything CI runs
