@@ -16,7 +16,14 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def sglang_venv_problems(
-    host: str, runtime: str, runtimes: list[str], python: str, python_result: Mapping[str, Any], glibc: str, version: str
+    host: str,
+    runtime: str,
+    runtimes: list[str],
+    python: str,
+    python_result: Mapping[str, Any],
+    installs_python: bool,
+    glibc: str,
+    version: str,
 ) -> list[str]:
     """Problems with the runtime choice, the Python that builds the venv, and glibc."""
     problems = []
@@ -32,7 +39,7 @@ def sglang_venv_problems(
         )
     else:
         found = _version(str(python_result.get("stdout", "")).strip())
-        if not SUPPORTED_PYTHON[0] <= found[:2] <= SUPPORTED_PYTHON[1]:
+        if not installs_python and not SUPPORTED_PYTHON[0] <= found[:2] <= SUPPORTED_PYTHON[1]:
             shown = ".".join(map(str, found))
             problems.append(
                 f"{host} host: sglang_venv_python={json.dumps(python)}: "

@@ -1,0 +1,37 @@
+"""Preflight checks of the CUDA and venv roles: driver, runtime, Python and glibc."""
+
+from __future__ import annotations
+
+from cuda import cuda_problems
+from sglang_venv import sglang_venv_problems
+
+RUNTIMES = ["sglang", "simulator"]
+
+
+def venv(python: str = "3.11", installs: bool = False, glibc: str = "2.36", runtime: str = "sglang", rc: int = 0) -> list[str]:
+    result = {"rc": rc, "stdout": python, "stderr": "" if rc == 0 else "python3.9: not found"}
+    return sglang_venv_problems("h", runtime, RUNTIMES, "python3", result, installs, glibc, "0.5.23")
+
+
+def test_supported_hosts_have_no_problems() -> None:
+    assert venv("3.11") == [] and venv("3.13") == []
+
+
+def test_python_outside_the_wheels_is_refused_unless_it_will_be_installed() -> None:
+    (problem,) = venv("3.10")
+    assert problem.startswith('h host: sglang_venv_python="python3": Python 3.10 has no SGLang 0.5.23 wheels')
+    assert venv("3.10", installs=True) == []
+    assert "3.14" in venv("3.14")[0]
+
+
+def test_missing_python_old_glibc_and_unknown_runtime() -> None:
+    assert "does not run (python3.9: not found)" in venv(rc=2)[0]
+    assert "glibc 2.34 or newer" in venv(glibc="2.31")[0]
+    assert "unknown runtime" in venv(runtime="vllm")[0]
+
+
+def test_driver_must_run_cuda_13() -> None:
+    assert cuda_problems("h", "wheels", ["apt", "wheels", "none"], "580.95.05", 580, "13.0") == []
+    (problem,) = cuda_problems("h", "wheels", ["apt", "wheels", "none"], "550.163.01", 580, "13.0")
+    assert 'NVIDIA driver="550.163.01": CUDA 13.0 needs driver 580 or newer' in problem
+    assert "unknown method" in cuda_problems("h", "conda", ["apt", "wheels", "none"], None, 580, "13.0")[0]
