@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,3 +144,26 @@ def http_status(host: str, url: str) -> int:
 
 def unit_property(host: str, unit: str, name: str) -> str:
     return on_host(host, "systemctl", "show", f"--property={name}", "--value", unit).strip()
+
+
+LOAD_CLIENT = Path(__file__).resolve().parent / "integration/load_client.py"
+
+
+@contextlib.contextmanager
+def load_through_router(router: str = "http://127.0.0.1:30100", clients: int = 4, host: str = "b200") -> Iterator[dict[str, Any]]:
+    """Bounded load through a host's router while the block runs (tests/integration/load_client.py, inside the
+    host); afterwards the dict holds its report: requests, failed, errors, fewest and most workers in rotation."""
+    on_host(host, "rm", "-f", "/tmp/stop-load")
+    load = subprocess.Popen(
+        ["docker", "exec", "-i", CONTAINERS[host], "python3", "-", router, "900", str(clients)],
+        stdin=LOAD_CLIENT.open("rb"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    report: dict[str, Any] = {}
+    try:
+        yield report
+    finally:
+        on_host(host, "touch", "/tmp/stop-load")
+        output, _ = load.communicate(timeout=120)
+        report.update(json.loads(output.strip().splitlines()[-1]))

@@ -8,9 +8,7 @@ Measures, on b200 behind its router with a bounded load of 4 clients:
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fleet import CONTAINERS, Run, on_host, overlay_inventory, run_module, run_playbook
+from fleet import Run, load_through_router, on_host, overlay_inventory, run_module, run_playbook
 
 ROUTER = "http://127.0.0.1:30100"
-LOAD_CLIENT = Path(__file__).resolve().parent.parent / "integration/load_client.py"
 ROLL_TASK = "Roll the changed running instances, verified, rolled back on failure"
 
 
@@ -46,19 +43,10 @@ def roll_task(run: Run) -> tuple[dict[str, Any], float]:
 
 
 def rolling_restart_under_load(environment: dict[str, str]) -> dict[str, Any]:
-    on_host("b200", "rm", "-f", "/tmp/stop-load")
-    load = subprocess.Popen(
-        ["docker", "exec", "-i", CONTAINERS["b200"], "python3", "-", ROUTER, "900", "4"],
-        stdin=LOAD_CLIENT.open("rb"),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     started = time.time()
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, load_through_router(ROUTER) as report:
         inventory = overlay_inventory(Path(directory), group_vars={"sglang_environment": environment})
         run = run_playbook("deploy.yml", inventory=inventory, limit="b200")
-    on_host("b200", "touch", "/tmp/stop-load")
-    report = json.loads(load.communicate(timeout=120)[0].strip().splitlines()[-1])
     if run.rc != 0:
         raise RuntimeError(run.failure_messages())
     result, duration = roll_task(run)

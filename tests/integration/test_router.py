@@ -8,10 +8,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fleet import CONTAINERS, Run, http_status, on_host, overlay_inventory, run_playbook, unit_starts
+from fleet import CONTAINERS, Run, http_status, load_through_router, on_host, overlay_inventory, run_playbook, unit_starts
 
 ROUTER = "http://127.0.0.1:30100"
-LOAD_CLIENT = Path(__file__).with_name("load_client.py")
 
 
 def test_router_serves_and_lists_every_worker(sandbox: Run) -> None:
@@ -26,20 +25,9 @@ def test_router_serves_and_lists_every_worker(sandbox: Run) -> None:
 
 def test_rolling_restart_under_load_fails_no_request(sandbox: Run, tmp_path: Path) -> None:
     before = unit_starts("b200")
-    on_host("b200", "rm", "-f", "/tmp/stop-load")
-    load = subprocess.Popen(
-        ["docker", "exec", "-i", CONTAINERS["b200"], "python3", "-", ROUTER, "600", "4"],
-        stdin=LOAD_CLIENT.open("rb"),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        inventory = overlay_inventory(tmp_path, group_vars={"sglang_environment": {"SGLANG_SIM_TOKEN_SECONDS": "0.002"}})
+    inventory = overlay_inventory(tmp_path, group_vars={"sglang_environment": {"SGLANG_SIM_TOKEN_SECONDS": "0.002"}})
+    with load_through_router(ROUTER) as report:
         rolled = run_playbook("deploy.yml", inventory=inventory, limit="b200")
-    finally:
-        on_host("b200", "touch", "/tmp/stop-load")
-        output, _ = load.communicate(timeout=120)
-    report: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
     assert rolled.rc == 0, rolled.failure_messages()
     after = unit_starts("b200")
     assert all(before[unit] != after[unit] for unit in before), "every worker was restarted"
