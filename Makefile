@@ -51,7 +51,7 @@ integration: venv docker ## pytest + ansible-runner against the sandbox hosts (s
 bench: sandbox ## Benchmarks that print figures (rollout latencies, rolling restart under load)
 	python tests/bench/bench_rollout.py
 
-bench-install: venv docker ## Benchmark real installs: bytes fetched and time, cold and warm (~35 GB of disk)
+bench-install: venv docker ## Benchmark real installs: bytes fetched and time, cold and warm (~50 GB of disk)
 	python tests/bench/bench_install.py
 
 test: lint unit molecule integration ## Everything CI runs

@@ -65,6 +65,12 @@ def stand_in_model(directory: Path) -> Path:
     return directory
 
 
+@pytest.fixture
+def stand_in_model_dir(tmp_path: Path) -> Path:
+    """A fresh Qwen3.6-27B stand-in of the test's own, free to damage."""
+    return stand_in_model(tmp_path / "Qwen3.6-27B")
+
+
 def host_facts(host: str, model: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     """Facts as sglang_host_facts reports them for a healthy host of that shape."""
     count, name, memory = GPU_SHAPES[host]

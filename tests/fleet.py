@@ -18,7 +18,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SANDBOX_INVENTORY = ROOT / "inventory/sandbox"
-CONTAINERS = {"ct129": "sglang-sandbox-ct129", "b200": "sglang-sandbox-b200"}
+# The sandbox test hosts; each is a container of the same name.
+SANDBOX_HOSTS = ("ct129", "b200")
+# The Python of the stand-in nvidia-smi on test hosts, with the simulator (and its gpu_hog) importable.
+STANDIN_PYTHON = "/opt/sglang-simulator-standin/bin/python"
 
 
 @dataclass
@@ -114,7 +117,7 @@ def overlay_inventory(
 
 def on_host(host: str, *command: str) -> str:
     """Runs a command inside a sandbox host and returns its stdout."""
-    return subprocess.run(["docker", "exec", CONTAINERS[host], *command], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(["docker", "exec", host, *command], capture_output=True, text=True, check=True).stdout
 
 
 def unit_starts(host: str) -> dict[str, str]:
@@ -155,7 +158,7 @@ def load_through_router(router: str = "http://127.0.0.1:30100", clients: int = 4
     host); afterwards the dict holds its report: requests, failed, errors, fewest and most workers in rotation."""
     on_host(host, "rm", "-f", "/tmp/stop-load")
     load = subprocess.Popen(
-        ["docker", "exec", "-i", CONTAINERS[host], "python3", "-", router, "900", str(clients)],
+        ["docker", "exec", "-i", host, "python3", "-", router, "900", str(clients)],
         stdin=LOAD_CLIENT.open("rb"),
         stdout=subprocess.PIPE,
         text=True,

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleet import Run, overlay_inventory, run_playbook, unit_starts
+from fleet import Run, on_host, overlay_inventory, run_playbook, unit_starts
 
 
-def test_a_second_deploy_changes_nothing(sandbox: Run) -> None:
-    again = run_playbook("deploy.yml")
-    assert again.rc == 0, again.failure_messages()
-    assert again.changed() == []
+def test_a_second_sandbox_run_changes_nothing(sandbox: Run) -> None:
+    """`make sandbox` again: the test hosts and the deploy both report no change."""
+    for playbook in ("playbooks/sandbox.yml", "deploy.yml"):
+        again = run_playbook(playbook)
+        assert again.rc == 0, again.failure_messages()
+        assert again.changed() == [], playbook
 
 
 def test_changing_one_instance_restarts_that_instance_only(sandbox: Run, tmp_path: Path) -> None:
@@ -30,6 +32,33 @@ def test_changing_one_instance_restarts_that_instance_only(sandbox: Run, tmp_pat
         restored = run_playbook("deploy.yml", limit="b200")
     assert restored.rc == 0, restored.failure_messages()
     assert [unit for unit, start in unit_starts("b200").items() if start != after[unit]] == ["sglang-30003.service"]
+
+
+def test_an_instance_no_longer_planned_is_stopped_and_removed(sandbox: Run, tmp_path: Path) -> None:
+    before = unit_starts("b200")
+    inventory = overlay_inventory(tmp_path, host_vars={"b200": {"sglang_instance_count": 6}})
+    fewer = run_playbook("deploy.yml", inventory=inventory, limit="b200")
+    try:
+        assert fewer.rc == 0, fewer.failure_messages()
+        after = unit_starts("b200")
+        assert "sglang-30006.service" not in after
+        assert {unit: before[unit] for unit in after} == after, "the other instances kept running"
+        assert on_host("b200", "ls", "/etc/sglang-fleet", "/etc/systemd/system").count("sglang-30006") == 0
+    finally:
+        restored = run_playbook("deploy.yml", limit="b200")
+    assert restored.rc == 0, restored.failure_messages()
+    assert "sglang-30006.service" in unit_starts("b200")
+
+
+def test_previous_venvs_are_kept_for_rollback_and_older_ones_removed(sandbox: Run) -> None:
+    for version, age in (("0.5.20", "3 days ago"), ("0.5.21", "2 days ago"), ("0.5.22", "1 day ago")):
+        on_host("ct129", "mkdir", "-p", f"/opt/sglang/simulator-{version}/bin")
+        on_host("ct129", "touch", "-d", age, f"/opt/sglang/simulator-{version}")
+    result = run_playbook("deploy.yml", limit="ct129", tags="install")
+    assert result.rc == 0, result.failure_messages()
+    kept = sorted(on_host("ct129", "ls", "/opt/sglang").split())
+    assert kept == ["simulator-0.5.22", "simulator-0.5.23"], "the current venv and the newest previous one"
+    on_host("ct129", "rm", "-rf", "/opt/sglang/simulator-0.5.22")
 
 
 def test_production_inventory_parses_and_lists_its_hosts() -> None:

@@ -30,12 +30,14 @@ def test_status_table_shows_every_instance_ready_and_sandboxed(sandbox: Run) -> 
         "UPTIME",
         "RESTARTS",
         "EXPOSURE",
+        "URL",
     ]
     rows = [line.split() for line in table[1:]]
     assert [(row[0], row[1]) for row in rows] == [("ct129", "sglang-30000")] + [("b200", f"sglang-{30000 + i}") for i in range(7)]
     for row in rows:
         assert row[5] == "0.5.23" and row[6] == "EAGLE" and row[8] == "ready"
         assert float(row[11]) <= 3.0, "systemd-analyze security exposure of the unit"
+        assert row[12] == f"http://127.0.0.1:{row[2]}", "bound to loopback: reachable on the host"
 
 
 def test_prometheus_targets_and_alert_rules(sandbox: Run, tmp_path: Path) -> None:
@@ -43,9 +45,9 @@ def test_prometheus_targets_and_alert_rules(sandbox: Run, tmp_path: Path) -> Non
     assert result.rc == 0, result.failure_messages()
     targets = json.loads((tmp_path / "sglang-targets.json").read_text())
     jobs = [(entry["labels"]["job"], entry["targets"][0]) for entry in targets]
-    assert jobs.count(("sglang-router", "sglang-sandbox-b200:29000")) == 1
+    assert jobs.count(("sglang-router", "b200:29000")) == 1
     assert sorted(target for job, target in jobs if job == "sglang") == sorted(
-        ["sglang-sandbox-ct129:30000"] + [f"sglang-sandbox-b200:{30000 + i}" for i in range(7)]
+        ["ct129:30000"] + [f"b200:{30000 + i}" for i in range(7)]
     )
     rules = yaml.safe_load((tmp_path / "sglang-alerts.yml").read_text())
     alerts = {rule["alert"]: rule["expr"] for group in rules["groups"] for rule in group["rules"]}

@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 import yaml
-from fleet import CONTAINERS, Run, file_digests, on_host, overlay_inventory, run_playbook, unit_starts
+from fleet import SANDBOX_HOSTS, STANDIN_PYTHON, Run, file_digests, on_host, overlay_inventory, run_playbook, unit_starts
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "bad_inventories.yml").read_text())
 MODEL = "/srv/models/Qwen3.6-27B"
-STANDIN_PYTHON = "/opt/sglang-simulator-standin/bin/python"
 MAKE_MODEL_VARIANT = """
 import json, os, sys
 source, target, change = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -43,7 +42,7 @@ for shard in sorted(set(index["weight_map"].values())):
 def background(host: str, *command: str) -> None:
     import subprocess
 
-    subprocess.run(["docker", "exec", "--detach", CONTAINERS[host], *command], check=True)
+    subprocess.run(["docker", "exec", "--detach", host, *command], check=True)
     time.sleep(1.5)
 
 
@@ -98,7 +97,7 @@ SETUPS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
 
 
 def fleet_state() -> dict[str, tuple[str, dict[str, str]]]:
-    return {host: (file_digests(host), unit_starts(host)) for host in CONTAINERS}
+    return {host: (file_digests(host), unit_starts(host)) for host in SANDBOX_HOSTS}
 
 
 def refuse(case: dict[str, Any], directory: Path) -> Run:

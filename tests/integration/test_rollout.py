@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleet import Run, http_status, on_host, overlay_inventory, run_playbook, unit_property, unit_starts
+from fleet import STANDIN_PYTHON, Run, http_status, on_host, overlay_inventory, run_playbook, unit_property, unit_starts
 
 
-def deploy_with_overrides(tmp_path: Path, overrides: dict[int, dict[str, Any]]) -> Run:
-    inventory = overlay_inventory(tmp_path, host_vars={"b200": {"sglang_instance_overrides": overrides}})
+def deploy_with_overrides(tmp_path: Path, overrides: dict[int, dict[str, Any]], **host_vars: Any) -> Run:
+    inventory = overlay_inventory(tmp_path, host_vars={"b200": {"sglang_instance_overrides": overrides, **host_vars}})
     return run_playbook("deploy.yml", inventory=inventory, limit="b200")
+
+
+def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(1)
+    return condition()
 
 
 def test_a_crashing_config_is_rolled_back_and_the_old_server_answers(sandbox: Run, tmp_path: Path) -> None:
@@ -41,6 +52,42 @@ def test_speculative_decoding_that_silently_does_not_engage_is_rolled_back(sandb
     assert "the previous configuration is serving again" in report
     assert "SGLANG_SIM_IGNORE_SPECULATIVE" not in on_host("b200", "cat", "/etc/sglang-fleet/sglang-30002.env")
     assert http_status("b200", "http://127.0.0.1:30002/health_generate") == 200
+
+
+def test_a_server_that_never_becomes_ready_is_rolled_back(sandbox: Run, tmp_path: Path) -> None:
+    result = deploy_with_overrides(
+        tmp_path, {3: {"environment": {"SGLANG_SIM_HANG_LOADING": "1"}}}, sglang_server_ready_timeout=8
+    )
+    assert result.rc != 0
+    report = "\n".join(result.failure_messages())
+    assert "Rollout stopped at sglang-30003" in report
+    assert "not ready after 8 s" in report
+    assert "the previous configuration is serving again" in report
+    assert "SGLANG_SIM_HANG_LOADING" not in on_host("b200", "cat", "/etc/sglang-fleet/sglang-30003.env")
+    assert http_status("b200", "http://127.0.0.1:30003/health_generate") == 200
+
+
+def test_a_start_waits_while_another_process_holds_the_gpus_and_names_it(sandbox: Run) -> None:
+    unit, since = "sglang-30006.service", on_host("b200", "date", "+%Y-%m-%d %H:%M:%S").strip()
+    on_host("b200", "systemctl", "stop", unit)
+    hog = [STANDIN_PYTHON, "-m", "sglang_simulator.gpu_hog", "--gpus", "6", "--mib", "2048"]
+    subprocess.run(["docker", "exec", "--detach", "b200", *hog], check=True)
+    try:
+        find = ["docker", "exec", "b200", "pgrep", "-f", "gpu_hog --gpus 6"]
+        assert wait_until(lambda: bool(subprocess.run(find, capture_output=True, text=True).stdout.strip()), 10)
+        pid = on_host("b200", "pgrep", "-f", "gpu_hog --gpus 6").split()[0]
+        on_host("b200", "systemctl", "start", "--no-block", unit)
+
+        def journal() -> str:
+            return on_host("b200", "journalctl", "--no-pager", "-u", unit, "--since", since)
+
+        assert wait_until(lambda: "are not free; not starting" in journal(), 60), journal()
+        assert f"GPU 6: 2048 MiB held by PID {pid} (" in journal() and "sglang_simulator.gpu_hog --gpus 6" in journal()
+        assert http_status("b200", "http://127.0.0.1:30006/health_generate") == 0, "the server did not start"
+    finally:
+        on_host("b200", "pkill", "-f", "gpu_hog --gpus 6")
+    on_host("b200", "systemctl", "restart", unit)
+    assert wait_until(lambda: http_status("b200", "http://127.0.0.1:30006/health_generate") == 200, 60)
 
 
 def test_a_rollout_stops_at_the_first_failure_and_leaves_later_instances_alone(sandbox: Run, tmp_path: Path) -> None:

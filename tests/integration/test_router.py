@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fleet import CONTAINERS, Run, http_status, load_through_router, on_host, overlay_inventory, run_playbook, unit_starts
+from fleet import Run, http_status, load_through_router, on_host, overlay_inventory, run_playbook, unit_starts
 
 ROUTER = "http://127.0.0.1:30100"
 
@@ -51,14 +51,14 @@ def test_an_unreachable_host_mid_rollout_leaves_the_others_to_finish(sandbox: Ru
     def kill_ct129_when_a_rollout_starts(event: dict[str, Any]) -> None:
         data = event.get("event_data", {})
         if not killed and event.get("event") == "runner_on_start" and data.get("task", "").startswith("Roll the changed running"):
-            subprocess.run(["docker", "kill", CONTAINERS["ct129"]], check=True, capture_output=True)
+            subprocess.run(["docker", "kill", "ct129"], check=True, capture_output=True)
             killed.append(data.get("host", ""))
 
     before = unit_starts("b200")
     try:
         interrupted = run_playbook("deploy.yml", inventory=inventory, on_event=kill_ct129_when_a_rollout_starts)
     finally:
-        subprocess.run(["docker", "start", CONTAINERS["ct129"]], check=True, capture_output=True)
+        subprocess.run(["docker", "start", "ct129"], check=True, capture_output=True)
     assert killed, "the rollout started"
     assert interrupted.rc != 0
     unreachable = {

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from fleet import ROOT
 
 ROLES = sorted(path.parent.parent for path in ROOT.glob("roles/*/meta/argument_specs.yml"))
 README = (ROOT / "README.md").read_text()
@@ -32,4 +32,13 @@ def test_every_default_is_in_the_argument_spec(role: Path) -> None:
 def test_every_option_is_in_the_readme(role: Path) -> None:
     own = {name for name in spec_options(role) if name.startswith(role.name.split("_")[0])}
     undocumented = sorted(name for name in own if not re.search(rf"`{re.escape(name)}`", README))
+    assert undocumented == [], f"not in README.md: {undocumented}"
+
+
+@pytest.mark.parametrize("playbook", sorted(ROOT.glob("playbooks/*.yml")), ids=lambda path: path.name)
+def test_every_playbook_setting_is_in_the_readme(playbook: Path) -> None:
+    settings = {
+        name for play in yaml.safe_load(playbook.read_text()) for name in (play.get("vars") or {}) if name.startswith("sglang_")
+    }
+    undocumented = sorted(name for name in settings if not re.search(rf"`{re.escape(name)}`", README))
     assert undocumented == [], f"not in README.md: {undocumented}"

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import sglang_model_facts as module
-from conftest import stand_in_model
 
 
 def test_stand_in_reads_as_a_complete_qwen3_6_27b(model_facts: dict[str, Any]) -> None:
@@ -20,8 +19,8 @@ def test_stand_in_reads_as_a_complete_qwen3_6_27b(model_facts: dict[str, Any]) -
     assert model_facts["shard_bytes"] >= model_facts["total_size"]
 
 
-def test_missing_and_empty_shards_and_checksums(tmp_path: Path) -> None:
-    directory = stand_in_model(tmp_path / "m")
+def test_missing_and_empty_shards_and_checksums(stand_in_model_dir: Path) -> None:
+    directory = stand_in_model_dir
     (directory / "model-00002-of-00011.safetensors").unlink()
     (directory / "model-00003-of-00011.safetensors").write_bytes(b"")
     (directory / "extra.bin").write_bytes(b"x")

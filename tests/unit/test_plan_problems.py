@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -46,7 +47,14 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
         "b200",
         {"sglang_server_args": {"enable-hierarchical-cache": True, "hicache-size": 200}},
         {},
-        "exceeds host RAM",
+        "sglang_server_args.hicache-size=200: host cache 1400 GB over all ranks exceeds host RAM",
+    ),
+    (
+        "host-cache-override",
+        "b200",
+        {"sglang_instance_overrides": {2: {"server_args": {"hicache-size": 700}}}},
+        {},
+        'sglang_instance_overrides[].server_args.hicache-size={"sglang-30002": 700}: host cache 1180 GB',
     ),
     (
         "foreign-gpu-process",
@@ -104,3 +112,27 @@ def test_own_instances_do_not_count_as_foreign(plan: Plan) -> None:
 def test_every_host_problem_is_kept_not_only_the_first(plan: Plan) -> None:
     problems = plan("b200", sglang_server_args={"cuda-graph-max-bs": 512, "mamba-scheduler-strategy": "extra_buffer"})["problems"]
     assert len([p for p in problems if "does not exist in SGLang 0.5.23" in p]) == 2
+
+
+def test_command_lines_the_runtime_parser_refused_are_problems(plan: Plan) -> None:
+    from sglang_plan import sglang_parse_problems
+
+    instances = plan("b200")["instances"][:3]
+    verdicts = {
+        "sglang-30000": {"rc": 0, "error": ""},
+        "sglang-30001": {
+            "rc": 2,
+            "error": "usage: launch_server.py [-h]\nlaunch_server.py: error: ambiguous option: --cuda-graph-max-bs could match "
+            "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill\n",
+        },
+        "sglang-30002": {"rc": 1, "error": "AssertionError: speculative_num_steps must be set with speculative_eagle_topk"},
+    }
+    checked = {"rc": 0, "stdout": json.dumps(verdicts)}
+    problems = sglang_parse_problems(instances, checked, "b200")
+    assert len(problems) == 2
+    assert problems[0].startswith("b200 instance sglang-30001: command line")
+    assert "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode" in problems[0]
+    assert problems[1].startswith("b200 instance sglang-30002: command line")
+    assert "AssertionError: speculative_num_steps must be set" in problems[1]
+    assert sglang_parse_problems(instances, {"rc": 1, "stdout": ""}, "b200") == [], "a checker that could not run is no verdict"
+    assert sglang_parse_problems(instances, {"skipped": True}, "b200") == []

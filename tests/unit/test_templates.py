@@ -10,7 +10,7 @@ import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
-from conftest import ROOT
+from fleet import ROOT
 from systemd import FilterModule as SystemdFilters
 
 Plan = Callable[..., dict[str, Any]]
@@ -35,6 +35,7 @@ def render(name: str, **variables: Any) -> str:
         "sglang_server_helper_dir": "/usr/local/lib/sglang-fleet",
         "sglang_server_secrets_dir": "/etc/sglang-fleet/secrets",
         "sglang_api_key": "",
+        "sglang_server_systemd_version": 252,
         "sglang_venv_launcher": {"sglang": ["/opt/sglang/sglang-0.5.23/bin/python", "-m", "sglang.launch_server"]},
         "sglang_server_base_environment": {"CUDA_HOME": "/usr/local/cuda", "HOME": "/var/lib/sglang"},
         **variables,
@@ -88,3 +89,20 @@ def test_an_api_key_goes_to_a_config_file_never_to_the_command_line(plan: Plan) 
     assert render("sglang.secret.yaml.j2", sglang_server_instance=instance, sglang_api_key='a "quoted" key').endswith(
         'api-key: "a \\"quoted\\" key"\n'
     )
+
+
+@pytest.mark.parametrize(
+    ("systemd", "api_key", "backs_off", "filters_key"),
+    [(252, "sk-test", False, False), (253, "sk-test", False, True), (253, "", False, False), (255, "sk-test", True, True)],
+)
+def test_unit_uses_newer_systemd_where_the_host_has_it(
+    plan: Plan, systemd: int, api_key: str, backs_off: bool, filters_key: bool
+) -> None:
+    instance = plan("b200")["instances"][0]
+    text = render(
+        "sglang.service.j2", sglang_server_instance=instance, sglang_server_systemd_version=systemd, sglang_api_key=api_key
+    )
+    unit = unit_lines(text)
+    assert ("RestartSteps" in unit and unit["RestartMaxDelaySec"] == "300") is backs_off
+    assert (unit.get("LogFilterPatterns") == "~api_key") is filters_key
+    assert api_key not in text or not api_key

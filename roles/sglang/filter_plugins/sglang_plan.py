@@ -512,10 +512,17 @@ def _memory_problems(
     reserve = float(settings["host_ram_reserve_gib"]) * GIB
     usable = ram_mb * MIB - reserve
     if host_cache_bytes and host_cache_bytes > usable:
+        host_size = settings["server_args"].get("hicache-size")
+        # Name the instances whose own size differs from the host's, when overrides are what tip the sum.
+        overridden = {
+            instance["name"]: instance["settings"].get("hicache-size")
+            for instance in instances
+            if instance["settings"].get("enable-hierarchical-cache") and instance["settings"].get("hicache-size") != host_size
+        }
         plan.problem(
             "host",
-            "sglang_server_args.hicache-size",
-            settings["server_args"].get("hicache-size"),
+            "sglang_instance_overrides[].server_args.hicache-size" if overridden else "sglang_server_args.hicache-size",
+            overridden or host_size,
             f"host cache {host_cache_bytes / 1e9:.0f} GB over all ranks exceeds host RAM {ram_mb / 1024:.0f} GiB "
             f"minus {settings['host_ram_reserve_gib']} GiB reserve = {usable / GIB:.0f} GiB",
             f"hicache-size <= {max(0, int(usable / 1e9 / max(1, sum(i['ranks'] for i in instances))))} GB per rank",
@@ -621,8 +628,9 @@ def sglang_parse_problems(instances: Sequence[Mapping[str, Any]], checked: Mappi
     """One problem line per instance whose command line the runtime's own parser refused.
 
     `checked` is the registered result of files/check_server_args.py ({name: {rc, error}} on stdout).
-    Only argparse's refusal (rc 2) counts: a parser that could not run at all means a venv the deploy
-    is about to repair, which is no reason to refuse the deploy.
+    Every refused command line counts: argparse's refusal (rc 2) and a settings check that raised (rc 1),
+    as SGLang would at start. A checker that could not run at all means a venv the deploy is about to
+    repair, which is no reason to refuse the deploy.
     """
     if checked.get("rc") != 0 or not checked.get("stdout"):
         return []
@@ -630,10 +638,10 @@ def sglang_parse_problems(instances: Sequence[Mapping[str, Any]], checked: Mappi
     plan = Plan(host=host)
     for instance in instances:
         verdict = verdicts.get(instance["name"], {})
-        if verdict.get("rc") != 2:
+        if verdict.get("rc", 0) == 0:
             continue
         lines = [line.strip() for line in str(verdict.get("error", "")).splitlines() if line.strip()]
-        message = " ".join(line for line in lines if "error:" in line) or (lines[-1] if lines else "exit 2")
+        message = " ".join(line for line in lines if "error:" in line) or (lines[-1] if lines else f"exit {verdict['rc']}")
         flags = re.findall(r"--[A-Za-z0-9][\w-]*", message)
         variable, value = _variable_of(instance, flags[0]) if flags else ("command line", None)
         plan.problem(

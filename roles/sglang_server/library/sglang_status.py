@@ -40,7 +40,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 instances:
-  description: One entry per instance (name, port, gpus, model, version, speculative_algorithm, accept_length,
+  description: One entry per instance (name, port, url, gpus, model, version, speculative_algorithm, accept_length,
     health, active_state, uptime_seconds, restarts, exposure).
   returned: always
   type: list
@@ -79,6 +79,7 @@ def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, An
     state = {
         "name": instance["name"],
         "port": instance["port"],
+        "url": instance["url"],
         "gpus": ",".join(str(gpu) for gpu in instance["gpu_ids"]),
         "model": instance["served_model_name"],
         "active_state": unit.get("ActiveState", "?"),

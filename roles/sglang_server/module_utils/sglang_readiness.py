@@ -1,4 +1,4 @@
-"""Readiness of SGLang services under systemd: shared by the sglang_wait_ready and sglang_rollout modules.
+"""Readiness of SGLang services under systemd, for the sglang_rollout module.
 
 Polls each service's readiness URL while watching its unit, and tells why a unit is no longer starting
 the process it was starting (failed, stopped, restarted by systemd).
