@@ -25,19 +25,26 @@ def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
     return condition()
 
 
+def assert_rolled_back(result: Run, port: int, knob: str, *reasons: str) -> str:
+    """The rollout stopped at sglang-<port> for these reasons, and the instance serves its inventory's files again."""
+    assert result.rc != 0
+    report = "\n".join(result.failure_messages())
+    assert f"Rollout stopped at sglang-{port}" in report
+    for reason in reasons:
+        assert reason in report
+    assert "the previous configuration is serving again" in report
+    assert knob not in on_host("b200", "cat", f"/etc/sglang-fleet/sglang-{port}.env")
+    assert http_status("b200", f"http://127.0.0.1:{port}/health_generate") == 200
+    return report
+
+
 def test_a_crashing_config_is_rolled_back_and_the_old_server_answers(sandbox: Run, tmp_path: Path) -> None:
     before = unit_starts("b200")
     result = deploy_with_overrides(
         tmp_path, {4: {"environment": {"SGLANG_SIM_FAIL_AT_START": "CUDA error: out of memory (rehearsal)"}}}
     )
-    assert result.rc != 0
-    report = "\n".join(result.failure_messages())
-    assert "Rollout stopped at sglang-30004" in report
-    assert "process exited with status 1" in report
-    assert "the previous configuration is serving again" in report
+    report = assert_rolled_back(result, 30004, "SGLANG_SIM_FAIL_AT_START", "process exited with status 1")
     assert "CUDA error: out of memory (rehearsal)" in report, "the journal tail of the failed start"
-    assert http_status("b200", "http://127.0.0.1:30004/health_generate") == 200
-    assert "SGLANG_SIM_FAIL_AT_START" not in on_host("b200", "cat", "/etc/sglang-fleet/sglang-30004.env")
     after = unit_starts("b200")
     assert [unit for unit in before if before[unit] != after[unit]] == ["sglang-30004.service"]
     assert run_playbook("deploy.yml", limit="b200").changed() == [], "the restored files are the inventory's"
@@ -45,26 +52,16 @@ def test_a_crashing_config_is_rolled_back_and_the_old_server_answers(sandbox: Ru
 
 def test_speculative_decoding_that_silently_does_not_engage_is_rolled_back(sandbox: Run, tmp_path: Path) -> None:
     result = deploy_with_overrides(tmp_path, {2: {"environment": {"SGLANG_SIM_IGNORE_SPECULATIVE": "1"}}})
-    assert result.rc != 0
-    report = "\n".join(result.failure_messages())
-    assert "Rollout stopped at sglang-30002" in report
-    assert "/server_info reports speculative_algorithm=None, expected 'EAGLE'" in report
-    assert "the previous configuration is serving again" in report
-    assert "SGLANG_SIM_IGNORE_SPECULATIVE" not in on_host("b200", "cat", "/etc/sglang-fleet/sglang-30002.env")
-    assert http_status("b200", "http://127.0.0.1:30002/health_generate") == 200
+    assert_rolled_back(
+        result, 30002, "SGLANG_SIM_IGNORE_SPECULATIVE", "/server_info reports speculative_algorithm=None, expected 'EAGLE'"
+    )
 
 
 def test_a_server_that_never_becomes_ready_is_rolled_back(sandbox: Run, tmp_path: Path) -> None:
     result = deploy_with_overrides(
         tmp_path, {3: {"environment": {"SGLANG_SIM_HANG_LOADING": "1"}}}, sglang_server_ready_timeout=8
     )
-    assert result.rc != 0
-    report = "\n".join(result.failure_messages())
-    assert "Rollout stopped at sglang-30003" in report
-    assert "not ready after 8 s" in report
-    assert "the previous configuration is serving again" in report
-    assert "SGLANG_SIM_HANG_LOADING" not in on_host("b200", "cat", "/etc/sglang-fleet/sglang-30003.env")
-    assert http_status("b200", "http://127.0.0.1:30003/health_generate") == 200
+    assert_rolled_back(result, 30003, "SGLANG_SIM_HANG_LOADING", "not ready after 8 s")
 
 
 def test_a_start_waits_while_another_process_holds_the_gpus_and_names_it(sandbox: Run) -> None:
@@ -106,13 +103,12 @@ def test_systemd_restarts_a_killed_server_and_readiness_returns(sandbox: Run) ->
     unit = "sglang-30006.service"
     restarts = int(unit_property("b200", unit, "NRestarts"))
     on_host("b200", "kill", "-9", unit_property("b200", unit, "MainPID"))
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if (
+    wait_until(
+        lambda: (
             int(unit_property("b200", unit, "NRestarts")) > restarts
             and http_status("b200", "http://127.0.0.1:30006/health_generate") == 200
-        ):
-            break
-        time.sleep(1)
+        ),
+        90,
+    )
     assert int(unit_property("b200", unit, "NRestarts")) == restarts + 1
     assert http_status("b200", "http://127.0.0.1:30006/health_generate") == 200
