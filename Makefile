@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install test
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install hardware-bundle test
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ lint: venv ## ansible-lint (production profile), yamllint, ruff, mypy
 	mypy
 
 unit: venv ## pytest: instance derivation, templates, modules, simulator
-	pytest tests/unit tests/simulator
+	pytest tests/unit tests/simulator tests/contract
 
 molecule: venv docker ## Molecule scenarios on local systemd containers
 	TESTHOST_IMAGE=$$(scripts/testhost-image.sh) molecule test --all
@@ -53,5 +53,8 @@ bench: sandbox ## Benchmarks that print figures (rollout latencies, rolling rest
 
 bench-install: venv docker ## Benchmark real installs: bytes fetched and time, cold and warm (~50 GB of disk)
 	python tests/bench/bench_install.py
+
+hardware-bundle: ## Build .hardware/ (SGLang 0.5.17 wheels, stripped, norm for sm_90a) for tests/hardware/run.sh on a GPU
+	python3 tests/hardware/prepare.py
 
 test: lint unit molecule integration ## Everything CI runs

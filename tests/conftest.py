@@ -39,12 +39,25 @@ def support_table() -> dict[str, Any]:
     return table
 
 
+@pytest.fixture(scope="session")
+def support_tables() -> list[dict[str, Any]]:
+    """`sglang_plan_support_tables`: every roles/sglang/files/sglang-<version>.json."""
+    return [json.loads(path.read_text()) for path in sorted((ROOT / "roles/sglang/files").glob("sglang-*.json"))]
+
+
+def constraints_versions() -> list[str]:
+    """`sglang_plan_constraints_versions`: the versions with a roles/sglang_venv/files/constraints-<version>.txt."""
+    files = sorted((ROOT / "roles/sglang_venv/files").glob("constraints-*.txt"))
+    return [path.name.removeprefix("constraints-").removesuffix(".txt") for path in files]
+
+
 def plan_settings(host: str, **overrides: Any) -> dict[str, Any]:
     """`sglang_plan_settings` as Ansible builds it for a production host, with variables overridden."""
     variables = {
         **load_yaml(ROOT / "roles/sglang/defaults/main.yml"),
         **load_yaml(ROOT / f"inventory/production/host_vars/{host}.yml"),
         "inventory_hostname": host,
+        "sglang_plan_constraints_versions": constraints_versions(),
         **overrides,
     }
     template = load_yaml(ROOT / "roles/sglang/vars/main.yml")["sglang_plan_settings"]
@@ -76,7 +89,15 @@ def host_facts(host: str, model: dict[str, Any], **overrides: Any) -> dict[str, 
     count, name, memory = GPU_SHAPES[host]
     facts = {
         "gpus": [
-            {"index": i, "uuid": f"GPU-{host}-{i}", "name": name, "memory_total_mib": memory, "memory_used_mib": 0}
+            {
+                "index": i,
+                "uuid": f"GPU-{host}-{i}",
+                "name": name,
+                "memory_total_mib": memory,
+                "memory_used_mib": 0,
+                "minor_number": i,
+                "device": f"/dev/nvidia{i}",
+            }
             for i in range(count)
         ],
         "gpu_processes": [],
@@ -101,13 +122,13 @@ def model_facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.fixture
-def plan(support_table: dict[str, Any], model_facts: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+def plan(support_tables: list[dict[str, Any]], model_facts: dict[str, Any]) -> Callable[..., dict[str, Any]]:
     """plan(host, facts_overrides={...}, **variable_overrides) -> {"instances", "problems"}."""
     from sglang_plan import sglang_plan
 
     def run(host: str, facts: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
         settings = plan_settings(host, **overrides)
-        result: dict[str, Any] = sglang_plan(settings, host_facts(host, model_facts, **(facts or {})), support_table)
+        result: dict[str, Any] = sglang_plan(settings, host_facts(host, model_facts, **(facts or {})), support_tables)
         return result
 
     return run

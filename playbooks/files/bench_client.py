@@ -1,6 +1,7 @@
 """Throughput of one SGLang endpoint at given concurrencies; runs on the host (stdlib only).
 
-SGLANG_API_KEY=<key, if any> python3 bench_client.py <url> <concurrency,...> <requests per concurrency> <max_new_tokens>
+python3 bench_client.py <url> <concurrency,...> <requests per concurrency> <max_new_tokens> < <API key, if any>
+The key comes on standard input (one line, empty for none), so no command line or environment holds it.
 Prints JSON: for each concurrency, completion tokens per second over the wall time, requests, failures;
 and the average speculative accept length the server reports afterwards (null through a router).
 """
@@ -8,7 +9,6 @@ and the average speculative accept length the server reports afterwards (null th
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -59,7 +59,7 @@ def measure(url: str, concurrency: int, requests: int, tokens: int, key: str) ->
 
 def main() -> None:
     url, concurrencies, requests, tokens = sys.argv[1].rstrip("/"), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    key = os.environ.get("SGLANG_API_KEY", "")
+    key = sys.stdin.readline().strip()
     results = [measure(url, int(level), requests, tokens, key) for level in concurrencies.split(",")]
     try:
         internal = (call(url, "/server_info", None, key).get("internal_states") or [{}])[0]

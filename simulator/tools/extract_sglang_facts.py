@@ -4,9 +4,11 @@
 Run it with the interpreter of a venv that has the pinned SGLang installed
 (importing sglang needs torch, but no GPU):
 
-    /opt/sglang-probe/bin/python simulator/tools/extract_sglang_facts.py
+    /opt/sglang-probe/bin/python simulator/tools/extract_sglang_facts.py          # 0.5.23
+    /opt/sglang-0.5.17-probe/bin/python simulator/tools/extract_sglang_facts.py   # 0.5.17
 
-It writes ``simulator/src/sglang_simulator/data/sglang-<version>.json``.
+It writes ``simulator/src/sglang_simulator/data/sglang-<version>.json`` for the
+installed version (which must have an entry in ``RETIRED_FLAGS`` / ``RETIRED_ENV``).
 The output is deterministic: running it twice against the same install gives
 a byte-identical file.  The ``flags`` list keeps the real parser's
 registration order (argparse lists ambiguous-prefix candidates in that order,
@@ -24,12 +26,15 @@ What is read, and from where (paths relative to the ``sglang`` package):
 * speculative algorithms: ``srt/speculative/spec_info.py``
   ``SpeculativeAlgorithm`` plus the ``NEXTN`` alias of ``spec_registry.py``.
 * environment: every ``SGLANG_*`` / ``SGL_*`` name that appears anywhere in
-  the package source, the ``_DEPRECATED_ENVS`` registry of ``srt/environ.py``.
+  the package source; the deprecation warnings of ``srt/environ.py`` (its
+  ``_DEPRECATED_ENVS`` registry, or, in releases without one such as 0.5.17,
+  its ``_print_deprecated_env`` / ``_warn_deprecated_env_to_cli_flag`` calls,
+  read statically).
 * renamed / removed flags and removed environment variables: these are the
   one thing a single release cannot tell by itself.  They are listed below
-  (``RETIRED_FLAGS``, ``RETIRED_ENV``) with their provenance and *verified*
-  against the installed release: an entry is only written if the old name is
-  really gone and its replacement really exists.
+  per release (``RETIRED_FLAGS``, ``RETIRED_ENV``) with their provenance and
+  *verified* against the installed release: an entry is only written if the
+  old name is really gone and its replacement really exists.
 """
 
 from __future__ import annotations
@@ -44,15 +49,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# Flags an earlier SGLang still accepted as deprecated aliases
-# (``DeprecatedAliasStoreAction`` / ``DeprecatedStoreTrueAction`` /
-# ``DeprecatedStoreConstAction`` / ``DeprecatedAction`` registrations in the
-# ``add_cli_args`` of python/sglang/srt/server_args.py of the 0.5.2x
-# development line, e.g. ``--cuda-graph-max-bs`` -> ``new_flag=
-# "--cuda-graph-max-bs-decode"``).  0.5.23 dropped those registrations, so
-# these spellings now fail with a bare "unrecognized arguments".
+# Per release: flags an earlier SGLang accepted that this release refuses.
 # Value: the replacement, or None when the flag was retired without one.
-RETIRED_FLAGS: dict[str, str | None] = {
+#
+# 0.5.23: the deprecated aliases (``DeprecatedAliasStoreAction`` /
+# ``DeprecatedStoreTrueAction`` / ``DeprecatedStoreConstAction`` /
+# ``DeprecatedAction`` registrations in the ``add_cli_args`` of
+# python/sglang/srt/server_args.py of the 0.5.2x development line, e.g.
+# ``--cuda-graph-max-bs`` -> ``new_flag="--cuda-graph-max-bs-decode"``).
+# 0.5.23 dropped those registrations, so these spellings now fail with a bare
+# "unrecognized arguments".  0.5.17 still registers most of them as deprecated
+# aliases (accepted with a warning): they are NOT retired there.
+_RETIRED_FLAGS_0_5_23: dict[str, str | None] = {
     "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode",
     "--cuda-graph-bs": "--cuda-graph-bs-decode",
     "--mamba-scheduler-strategy": "--mamba-radix-cache-strategy",
@@ -75,13 +83,36 @@ RETIRED_FLAGS: dict[str, str | None] = {
     "--prefill-round-robin-balance": None,
     "--collect-tokens-histogram": None,
 }
+# 0.5.17: the flags SGLang 0.5.11 (the first release of the torch 2.11 line
+# that 0.5.17 belongs to) registers in ServerArgs.add_cli_args of
+# python/sglang/srt/server_args.py and 0.5.17 no longer accepts.  0.5.11's
+# own help texts name the replacement where there is one
+# ("--hybrid-kvcache-ratio is deprecated now. Please use
+# --swa-full-tokens-ratio instead").
+_RETIRED_FLAGS_0_5_17: dict[str, str | None] = {
+    "--hybrid-kvcache-ratio": "--swa-full-tokens-ratio",
+    # "Piecewise cuda graph is enabled by default" (a no-op since 0.5.11).
+    "--enable-piecewise-cuda-graph": None,
+    # "[Deprecated] Use SGLANG_SPEC_NAN_DETECTION=1 ..." in 0.5.11; both are gone in 0.5.17.
+    "--enable-nan-detection": None,
+    "--record-nolora-graph": None,
+    "--no-record-nolora-graph": None,
+    "--custom-sigquit-handler": None,
+    "--debug-tensor-dump-inject": None,
+}
+RETIRED_FLAGS: dict[str, dict[str, str | None]] = {
+    "0.5.17": _RETIRED_FLAGS_0_5_17,
+    "0.5.23": _RETIRED_FLAGS_0_5_23,
+}
 
-# Environment variables an earlier SGLang read (the ``Envs`` registry and the
-# deprecated-alias shims of python/sglang/srt/environ.py of the 0.5.2x line;
-# SGLANG_ENABLE_SPEC_V2 was retired by "Retire Spec V1", PR #27964).  0.5.23
-# no longer mentions them anywhere, so setting them silently does nothing.
+# Per release: environment variables an earlier SGLang read that this release
+# no longer mentions anywhere, so setting them silently does nothing.
 # Value: the variable that now carries the setting, or None.
-RETIRED_ENV: dict[str, str | None] = {
+#
+# 0.5.23: the ``Envs`` registry and the deprecated-alias shims of
+# python/sglang/srt/environ.py of the 0.5.2x line (SGLANG_ENABLE_SPEC_V2 was
+# retired by "Retire Spec V1", PR #27964).
+_RETIRED_ENV_0_5_23: dict[str, str | None] = {
     "SGLANG_ENABLE_SPEC_V2": None,
     "SGLANG_ENABLE_UNIFIED_RADIX_TREE": None,
     "SGLANG_ENABLE_GRPC": None,
@@ -93,6 +124,29 @@ RETIRED_ENV: dict[str, str | None] = {
     "SGLANG_USE_JIT_ALL_REDUCE": "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2",
     "SGLANG_QUEUED_TIMEOUT_MS": "SGLANG_REQ_WAITING_TIMEOUT",
     "SGLANG_FORWARD_TIMEOUT_MS": "SGLANG_REQ_RUNNING_TIMEOUT",
+}
+# 0.5.17: the ``Envs`` of SGLang 0.5.11's python/sglang/srt/environ.py that
+# appear nowhere in 0.5.17's source.
+_RETIRED_ENV_0_5_17: dict[str, str | None] = {
+    "SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS": None,
+    "SGLANG_DISAGG_STAGING_BUFFER_SIZE_MB": None,
+    "SGLANG_FLASHINFER_FORCE_POSIX_FD_TRANSPORT": None,
+    "SGLANG_GRANIAN_PARENT_PID": None,
+    "SGLANG_NSA_ENABLE_MTP_PRECOMPUTE_METADATA": None,
+    "SGLANG_SPEC_ENABLE_STRICT_FILTER_CHECK": None,
+    "SGLANG_SPEC_NAN_DETECTION": None,
+    "SGLANG_SPEC_OOB_DETECTION": None,
+    "SGLANG_SWA_EVICTION_INTERVAL_MULTIPLIER": None,
+    "SGLANG_USE_FUSED_METADATA_COPY": None,
+}
+# Where each release's RETIRED_FLAGS / RETIRED_ENV entries come from (written into the table's "source").
+RETIRED_PROVENANCE: dict[str, str] = {
+    "0.5.17": "a comparison with SGLang 0.5.11 (its add_cli_args flags and srt/environ.py Envs)",
+    "0.5.23": "the deprecation registrations of the 0.5.2x development line",
+}
+RETIRED_ENV: dict[str, dict[str, str | None]] = {
+    "0.5.17": _RETIRED_ENV_0_5_17,
+    "0.5.23": _RETIRED_ENV_0_5_23,
 }
 
 # The name argparse gives its own action classes, mapped to a stable kind.
@@ -260,8 +314,19 @@ def _speculative() -> tuple[list[str], dict[str, str]]:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     from sglang.srt.speculative.spec_registry import _RESERVED_ALIASES
 
+    def target(alias: str) -> str:
+        try:
+            return str(SpeculativeAlgorithm.from_string(alias).name)
+        except ValueError:
+            # 0.5.17 resolves NEXTN in the server-args hook before from_string sees it.
+            from sglang.srt.arg_groups.speculative_hook import _resolve_speculative_algorithm_alias
+
+            return str(
+                SpeculativeAlgorithm.from_string(_resolve_speculative_algorithm_alias(alias, None)).name
+            )
+
     names = {m.name for m in SpeculativeAlgorithm if m.name != "NONE"}
-    aliases = {alias: SpeculativeAlgorithm.from_string(alias).name for alias in sorted(_RESERVED_ALIASES)}
+    aliases = {alias: target(alias) for alias in sorted(_RESERVED_ALIASES)}
     return sorted(names | set(aliases)), aliases
 
 
@@ -273,9 +338,59 @@ def _env_names(pkg: Path) -> list[str]:
     return sorted(names)
 
 
-def _deprecated_env() -> dict[str, str]:
+def _literal_str(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
+        return "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+    return None
+
+
+def _deprecated_env_static(path: Path) -> dict[str, str]:
+    """The warnings of an environ.py without a ``_DEPRECATED_ENVS`` registry (0.5.17), read from its calls.
+
+    ``_print_deprecated_env(old[, new])``, ``_warn_deprecated_env_to_cli_flag(name, suggestion)`` and the
+    ``_deprecated_ms_to_s`` mapping, with the message each one prints.
+    """
+    tree = ast.parse(path.read_text())
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            args = [_literal_str(arg) for arg in node.args]
+            if node.func.id == "_print_deprecated_env" and args and args[0]:
+                if len(args) == 1:
+                    out[args[0]] = f"Environment variable {args[0]} has been deprecated."
+                elif args[1]:
+                    out[args[0]] = (
+                        f"Environment variable {args[0]} will be deprecated, please use {args[1]} instead"
+                    )
+            elif (
+                node.func.id == "_warn_deprecated_env_to_cli_flag" and len(args) == 2 and args[0] and args[1]
+            ):
+                out[args[0]] = f"Environment variable {args[0]} is deprecated. {args[1]}"
+        elif (
+            isinstance(node, ast.AnnAssign | ast.Assign)
+            and isinstance(node.value, ast.Dict)
+            and any(
+                isinstance(t, ast.Name) and t.id == "_deprecated_ms_to_s"
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            )
+        ):
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
+                old, new = _literal_str(key) if key else None, _literal_str(value)
+                if old and new:
+                    out[old] = (
+                        f"Environment variable {old} (in ms) is deprecated, "
+                        f"please use {new} (in seconds) instead"
+                    )
+    return dict(sorted(out.items()))
+
+
+def _deprecated_env(pkg: Path) -> dict[str, str]:
     from sglang.srt import environ
 
+    if not hasattr(environ, "_DEPRECATED_ENVS"):
+        return _deprecated_env_static(pkg / "srt" / "environ.py")
     out = {}
     for name, dep in sorted(environ._DEPRECATED_ENVS.items()):
         message = f"Environment variable {name} is deprecated."
@@ -293,23 +408,46 @@ def _cuda_graph_config_keys() -> dict[str, list[str]]:
     return {phase: list(keys) for phase, keys in sorted(ALLOWED_KEYS_PER_PHASE.items())}
 
 
+def _record_fields() -> list[Any]:
+    """The fields of ``ServerArgs``: a msgspec record (0.5.23) or a dataclass (0.5.17)."""
+    import dataclasses
+
+    from sglang.srt.server_args import ServerArgs
+
+    if dataclasses.is_dataclass(ServerArgs):
+        return list(dataclasses.fields(ServerArgs))
+    from sglang.srt.arg_groups.arg_utils import record_fields
+
+    return list(record_fields(ServerArgs))
+
+
+def _no_default(value: Any) -> bool:
+    import dataclasses
+
+    if value is dataclasses.MISSING:
+        return True
+    try:
+        import msgspec
+    except ImportError:
+        return False
+    return value is msgspec.NODEFAULT
+
+
 def _record_only_fields(flags: list[dict[str, Any]]) -> dict[str, Any]:
     """ServerArgs fields with no command-line flag, with their defaults.
 
     ``/server_info`` reports every field of the record, these included.
     """
-    import msgspec
-    from sglang.srt.arg_groups.arg_utils import record_fields
-    from sglang.srt.server_args import ServerArgs
-
     dests = {f["dest"] for f in flags}
     out: dict[str, Any] = {}
-    for field in record_fields(ServerArgs):
+    for field in _record_fields():
         if field.name in dests or field.name.startswith("_"):
             continue
         default = field.default
-        if default is msgspec.NODEFAULT and field.default_factory is not msgspec.NODEFAULT:
+        if _no_default(default) and not _no_default(field.default_factory):
             default = field.default_factory()
+        elif _no_default(default):
+            default = None
         try:
             out[field.name] = _jsonable(default)
         except (TypeError, ValueError):
@@ -319,18 +457,15 @@ def _record_only_fields(flags: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _non_field_dests(flags: list[dict[str, Any]]) -> list[str]:
     """Parser destinations that ``ServerArgs.from_cli_args`` drops."""
-    from sglang.srt.arg_groups.arg_utils import record_fields
-    from sglang.srt.server_args import ServerArgs
-
-    fields = {field.name for field in record_fields(ServerArgs)}
+    fields = {field.name for field in _record_fields()}
     return sorted({f["dest"] for f in flags if f["dest"] not in fields} - {"help"})
 
 
-def _verify_retired_flags(flags: list[dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
+def _verify_retired_flags(flags: list[dict[str, Any]], version: str) -> tuple[dict[str, str], list[str]]:
     known = {opt for f in flags for opt in f["option_strings"]}
     renamed: dict[str, str] = {}
     removed: list[str] = []
-    for old, new in sorted(RETIRED_FLAGS.items()):
+    for old, new in sorted(RETIRED_FLAGS[version].items()):
         if old in known:
             raise SystemExit(f"{old} is still accepted; drop it from RETIRED_FLAGS")
         if new is None:
@@ -342,17 +477,17 @@ def _verify_retired_flags(flags: list[dict[str, Any]]) -> tuple[dict[str, str], 
     return renamed, removed
 
 
-def _verify_retired_env(env_names: list[str]) -> tuple[list[str], dict[str, str]]:
+def _verify_retired_env(env_names: list[str], version: str) -> tuple[list[str], dict[str, str]]:
     present = set(env_names)
     replacements = {}
-    for old, new in sorted(RETIRED_ENV.items()):
+    for old, new in sorted(RETIRED_ENV[version].items()):
         if old in present:
             raise SystemExit(f"{old} is still referenced; drop it from RETIRED_ENV")
         if new is not None:
             if new not in present:
                 raise SystemExit(f"replacement {new} of {old} is unknown to this release")
             replacements[old] = new
-    return sorted(RETIRED_ENV), replacements
+    return sorted(RETIRED_ENV[version]), replacements
 
 
 def main() -> int:
@@ -368,12 +503,19 @@ def main() -> int:
     import sglang
 
     pkg = Path(sglang.__file__).resolve().parent
+    if sglang.__version__ not in RETIRED_FLAGS or sglang.__version__ not in RETIRED_ENV:
+        print(
+            f"sglang {sglang.__version__}: add its entries to RETIRED_FLAGS and RETIRED_ENV first "
+            f"(known: {', '.join(sorted(RETIRED_FLAGS))})",
+            file=sys.stderr,
+        )
+        return 2
     flags = _flags()
     archs, static_only = _architectures(pkg)
     algorithms, aliases = _speculative()
     env_names = _env_names(pkg)
-    renamed, removed = _verify_retired_flags(flags)
-    removed_env, env_replacements = _verify_retired_env(env_names)
+    renamed, removed = _verify_retired_flags(flags, sglang.__version__)
+    removed_env, env_replacements = _verify_retired_env(env_names, sglang.__version__)
     plugins = sorted({f["provided_by"] for f in flags} - {"sglang"})
 
     data = {
@@ -393,8 +535,8 @@ def main() -> int:
             )
             + "; speculative algorithms from sglang.srt.speculative.spec_info; "
             "environment names from the package source; renamed/removed flags and "
-            "environment variables from the deprecation registrations of the 0.5.2x "
-            "development line, verified absent from this release."
+            f"environment variables from {RETIRED_PROVENANCE[sglang.__version__]}, "
+            "verified absent from this release."
         ),
         "flags": flags,
         "cuda_graph_config_keys": _cuda_graph_config_keys(),
@@ -404,7 +546,7 @@ def main() -> int:
         "removed_flags": removed,
         "removed_environment": removed_env,
         "removed_environment_replacements": env_replacements,
-        "deprecated_environment": _deprecated_env(),
+        "deprecated_environment": _deprecated_env(pkg),
         "environment_names": env_names,
         "architectures": archs,
         "speculative_algorithms": algorithms,

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Record how the real SGLang parser treats a set of command lines.
 
-    /opt/sglang-probe/bin/python simulator/tools/record_parser_golden.py
+    /opt/sglang-probe/bin/python simulator/tools/record_parser_golden.py          # 0.5.23
+    /opt/sglang-0.5.17-probe/bin/python simulator/tools/record_parser_golden.py   # 0.5.17
 
-Writes ``tests/simulator/data/parser_golden.json``: for every case the exit
+Writes ``tests/simulator/data/parser_golden-<version>.json`` for the installed
+SGLang version: for every case the exit
 code (0, or 2 from argparse), the last line argparse printed on an error, and
 on success the parsed namespace (stored as its difference from ``defaults``,
 the namespace of ``--model-path /models/m``).  The simulator's tests replay the same
@@ -152,7 +154,7 @@ def main() -> int:
             r["parsed"] = {k: v for k, v in r["parsed"].items() if v != defaults[k]}
     out = Path(__file__).resolve().parents[2] / "tests" / "simulator" / "data"
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "parser_golden.json"
+    path = out / f"parser_golden-{sglang.__version__}.json"
     doc = {
         "sglang_version": sglang.__version__,
         "python": ".".join(map(str, sys.version_info[:2])),

@@ -61,6 +61,22 @@ def test_previous_venvs_are_kept_for_rollback_and_older_ones_removed(sandbox: Ru
     on_host("ct129", "rm", "-rf", "/opt/sglang/simulator-0.5.22")
 
 
+def test_a_venv_that_a_unit_still_runs_is_never_removed(sandbox: Run) -> None:
+    """After a rolled-back upgrade the fleet may run an older venv than the newest previous one: it stays."""
+    referencing = "/etc/sglang-fleet/last-good/sglang-39999.service"
+    for version, age in (("0.5.19", "3 days ago"), ("0.5.22", "1 day ago")):
+        on_host("ct129", "mkdir", "-p", f"/opt/sglang/simulator-{version}/bin")
+        on_host("ct129", "touch", "-d", age, f"/opt/sglang/simulator-{version}")
+    on_host("ct129", "sh", "-c", f"echo 'ExecStart=/opt/sglang/simulator-0.5.19/bin/python -m sglang_simulator' > {referencing}")
+    try:
+        result = run_playbook("deploy.yml", limit="ct129", tags="install")
+        assert result.rc == 0, result.failure_messages()
+        kept = sorted(on_host("ct129", "ls", "/opt/sglang").split())
+        assert kept == ["simulator-0.5.19", "simulator-0.5.22", "simulator-0.5.23"], "the one a unit runs, and the newest"
+    finally:
+        on_host("ct129", "rm", "-rf", "/opt/sglang/simulator-0.5.19", "/opt/sglang/simulator-0.5.22", referencing)
+
+
 def test_production_inventory_parses_and_lists_its_hosts() -> None:
     import subprocess
 

@@ -122,6 +122,16 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(sandbox: Run
         assert http_status("b200", "http://127.0.0.1:30003/health_generate") == 200
         status = run_playbook("playbooks/status.yml", inventory=inventory, cmdline=vault)
         assert status.rc == 0 and all(API_KEY not in json.dumps(event) for event in status.events)
+        bench = run_playbook(
+            "playbooks/bench.yml",
+            inventory=inventory,
+            cmdline=f"{vault} -vvv",
+            extravars={"sglang_bench_dir": str(tmp_path / "bench"), "sglang_bench_requests": 2, "sglang_bench_concurrency": [1]},
+        )
+        assert bench.rc == 0, bench.failure_messages()
+        assert all(API_KEY not in json.dumps(event) for event in bench.events), "the key shows in the bench's -vvv output"
+        measured = json.loads((tmp_path / "bench" / "bench.json").read_text())["endpoints"]
+        assert all(r["failed"] == 0 for endpoint in measured for r in endpoint["results"]), "the key reached the servers"
     finally:
         restored = run_playbook("deploy.yml")
     assert restored.rc == 0, restored.failure_messages()
@@ -133,15 +143,16 @@ def test_check_mode_tells_the_truth_and_changes_nothing(sandbox: Run, tmp_path: 
     converged = run_playbook("deploy.yml", cmdline="--check --diff")
     assert converged.rc == 0 and converged.changed_count() == 0, converged.changed()
     before = (file_digests("b200"), unit_starts("b200"))
-    inventory = overlay_inventory(
-        tmp_path, host_vars={"b200": {"sglang_instance_overrides": {5: {"server_args": {"max-running-requests": 64}}}}}
-    )
+    token = "hf_token_that_must_not_show"
+    overrides = {5: {"server_args": {"max-running-requests": 64}, "environment": {"HF_TOKEN": token}}}
+    inventory = overlay_inventory(tmp_path, host_vars={"b200": {"sglang_instance_overrides": overrides}})
     planned = run_playbook("deploy.yml", inventory=inventory, cmdline="--check --diff", limit="b200")
     assert planned.rc == 0, planned.failure_messages()
     diffs = [
         d for data in planned.results("runner_item_on_ok") for d in data["res"].get("diff", []) if data["res"].get("changed")
     ]
     assert any("--max-running-requests 64" in d.get("after", "") for d in diffs), "the unit diff is shown"
+    assert not any(token in json.dumps(d) for data in planned.results("runner_item_on_ok") for d in data["res"].get("diff", []))
     rolls = [data["res"] for data in planned.results() if data["task"].startswith("Roll the changed running")]
     assert rolls and rolls[0]["would_restart"] == ["sglang-30005"]
     assert (file_digests("b200"), unit_starts("b200")) == before, "check mode changed or restarted something"

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleet import STANDIN_PYTHON, Run, http_status, on_host, overlay_inventory, run_playbook, unit_property, unit_starts
+from fleet import (
+    STANDIN_PYTHON,
+    Run,
+    file_digests,
+    http_status,
+    on_host,
+    overlay_inventory,
+    run_playbook,
+    unit_property,
+    unit_starts,
+)
 
 
 def deploy_with_overrides(tmp_path: Path, overrides: dict[int, dict[str, Any]], **host_vars: Any) -> Run:
@@ -79,7 +90,8 @@ def test_a_start_waits_while_another_process_holds_the_gpus_and_names_it(sandbox
             return on_host("b200", "journalctl", "--no-pager", "-u", unit, "--since", since)
 
         assert wait_until(lambda: "are not free; not starting" in journal(), 60), journal()
-        assert f"GPU 6: 2048 MiB held by PID {pid} (" in journal() and "sglang_simulator.gpu_hog --gpus 6" in journal()
+        assert re.search(rf"GPU 6 \(GPU-[0-9a-f-]+\): 2048 MiB held by PID {pid} \(", journal()), journal()
+        assert "sglang_simulator.gpu_hog --gpus 6" in journal()
         assert http_status("b200", "http://127.0.0.1:30006/health_generate") == 0, "the server did not start"
     finally:
         on_host("b200", "pkill", "-f", "gpu_hog --gpus 6")
@@ -89,12 +101,16 @@ def test_a_start_waits_while_another_process_holds_the_gpus_and_names_it(sandbox
 
 def test_a_rollout_stops_at_the_first_failure_and_leaves_later_instances_alone(sandbox: Run, tmp_path: Path) -> None:
     before = unit_starts("b200")
+    files = file_digests("b200", "/etc/systemd/system/sglang-30005.service /etc/sglang-fleet/sglang-30005.env")
     failing = {"environment": {"SGLANG_SIM_FAIL_AT_START": "rehearsal"}}
     later = {"server_args": {"max-running-requests": 128}}
     result = deploy_with_overrides(tmp_path, {1: failing, 5: later})
     assert result.rc != 0
     assert "Not attempted: sglang-30005" in "\n".join(result.failure_messages())
     assert unit_starts("b200")["sglang-30005.service"] == before["sglang-30005.service"]
+    assert file_digests("b200", "/etc/systemd/system/sglang-30005.service /etc/sglang-fleet/sglang-30005.env") == files, (
+        "an instance the rollout did not reach keeps its verified files on disk, so a crash cannot restart it into new ones"
+    )
     restored = run_playbook("deploy.yml", limit="b200")
     assert restored.rc == 0, restored.failure_messages()
 

@@ -43,6 +43,7 @@ class Env:
                 "SGLANG_SIM_WARMUP_SECONDS": "0.4",
                 "SGLANG_SIM_HEALTH_SECONDS": "0",
                 "SGLANG_SIM_TOKEN_SECONDS": "0.0005",
+                "SGLANG_SIM_STOP_SECONDS": "0.2",  # real SGLang takes ~6 s from SIGTERM to its self-SIGKILL
             }
         )
         env.update(self.vars)

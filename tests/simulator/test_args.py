@@ -1,4 +1,4 @@
-"""Flag parsing parity with the real SGLang 0.5.23 parser."""
+"""Flag parsing parity with the real SGLang parsers (0.5.23, the default, and 0.5.17)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,17 @@ from typing import Any
 import pytest
 
 from sglang_simulator.args import build_parser, parse_args, retired_flag_hints
-from sglang_simulator.facts import load_facts
+from sglang_simulator.facts import Facts, available_releases, load_facts, release
 
 from .simkit import Env, run_sim
 
-GOLDEN = json.loads((Path(__file__).parent / "data" / "parser_golden.json").read_text())
+DATA = Path(__file__).parent / "data"
+GOLDENS = {
+    path.name.removeprefix("parser_golden-").removesuffix(".json"): json.loads(path.read_text())
+    for path in sorted(DATA.glob("parser_golden-*.json"))
+}
+GOLDEN = GOLDENS["0.5.23"]
+CASES = [(version, case) for version, golden in GOLDENS.items() for case in golden["cases"]]
 
 CT129 = [
     "--model-path", "/models/ct129", "--tp-size", "2",
@@ -36,30 +42,56 @@ B200 = [
 ]  # fmt: skip
 
 
-def _parse(argv: list[str]) -> tuple[int, list[str], dict[str, Any] | None]:
+def _parse(argv: list[str], facts: Facts | None = None) -> tuple[int, list[str], dict[str, Any] | None]:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
-            parsed = vars(build_parser().parse_args(argv))
+            parsed = vars(build_parser(facts).parse_args(argv))
         except SystemExit as exc:
             return int(exc.code or 0), err.getvalue().splitlines(), None
     return 0, err.getvalue().splitlines(), json.loads(json.dumps(parsed))
 
 
-@pytest.mark.parametrize("case", GOLDEN["cases"], ids=[c["name"] for c in GOLDEN["cases"]])
-def test_matches_real_parser(case: dict[str, Any]) -> None:
-    """Same exit code, same error line, same namespace as the recorded real parser."""
-    code, lines, parsed = _parse(case["argv"])
+@pytest.mark.parametrize(("version", "case"), CASES, ids=[f"{v}-{c['name']}" for v, c in CASES])
+def test_matches_real_parser(version: str, case: dict[str, Any]) -> None:
+    """Same exit code, same error line, same namespace as the recorded real parser of that release."""
+    code, lines, parsed = _parse(case["argv"], load_facts(version))
     assert code == case["exit_code"]
     if code:
         assert case["error"] in lines
     else:
-        assert parsed == {**GOLDEN["defaults"], **case["parsed"]}
+        assert parsed == {**GOLDENS[version]["defaults"], **case["parsed"]}
         assert [line for line in lines if line.strip()] == case["warnings"]
 
 
 def test_golden_was_recorded_from_the_pinned_release() -> None:
     assert GOLDEN["sglang_version"] == load_facts().sglang_version == "0.5.23"
+    assert set(GOLDENS) == set(available_releases()) == {"0.5.17", "0.5.23"}
+    for version, golden in GOLDENS.items():
+        assert golden["sglang_version"] == load_facts(version).sglang_version == version
+
+
+def test_release_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SGLANG_SIM_VERSION", raising=False)
+    assert release() == "0.5.23" and load_facts().sglang_version == "0.5.23"
+    monkeypatch.setenv("SGLANG_SIM_VERSION", "0.5.17")
+    assert release() == "0.5.17" and load_facts().sglang_version == "0.5.17"
+    monkeypatch.setenv("SGLANG_SIM_VERSION", "0.4.0")
+    with pytest.raises(ValueError, match=r"no table of SGLang 0\.4\.0"):
+        release()
+
+
+def test_cuda_graph_max_bs_is_a_deprecated_alias_in_0_5_17_only(sim_env: Env) -> None:
+    argv = [*B200, "--cuda-graph-max-bs", "8"]
+    old = run_sim("sglang_simulator.check_args", argv, {**sim_env.environ(), "SGLANG_SIM_VERSION": "0.5.17"})
+    assert old.returncode == 0, old.stderr
+    assert json.loads(old.stdout)["cuda_graph_max_bs_decode"] == 8, (
+        "the alias sets --cuda-graph-max-bs-decode"
+    )
+    assert "'--cuda-graph-max-bs' is deprecated and will be removed in a future release." in old.stderr
+    new = run_sim("sglang_simulator.check_args", argv, {**sim_env.environ(), "SGLANG_SIM_VERSION": "0.5.23"})
+    assert new.returncode == 2
+    assert "--cuda-graph-max-bs was removed in SGLang 0.5.23; use --cuda-graph-max-bs-decode" in new.stderr
 
 
 @pytest.mark.parametrize(

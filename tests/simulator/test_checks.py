@@ -51,6 +51,17 @@ def test_nextn_is_reported_as_eagle_and_topk1_forces_draft_tokens(sim_env: Env, 
     assert plan.accept_length is not None and 1.0 < plan.accept_length <= 2.0
 
 
+def test_ngram_resolution_like_real_sglang(sim_env: Env, model_dir: Path) -> None:
+    """Recorded on real 0.5.17 (tests/recordings/), same code in 0.5.23's _handle_ngram."""
+    argv = ["--model-path", str(model_dir), "--speculative-algorithm", "NGRAM"]
+    s = plan_for(sim_env, [*argv, "--speculative-num-draft-tokens", "4"]).settings
+    assert s["speculative_algorithm"] == "NGRAM" and s["max_running_requests"] == 48
+    steps, topk, draft = "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"
+    assert (s[steps], s[topk], s[draft]) == (0, 10, 4)
+    s = plan_for(sim_env, [*argv, "--speculative-eagle-topk", "2", "--max-running-requests", "8"]).settings
+    assert (s[topk], s[draft], s["max_running_requests"]) == (10, 12, 8)
+
+
 def test_auto_speculative_params(sim_env: Env, model_dir: Path) -> None:
     plan = plan_for(sim_env, ["--model-path", str(model_dir), "--speculative-algorithm", "EAGLE"])
     s = plan.settings
@@ -143,6 +154,8 @@ def test_auto_mem_fraction_b200() -> None:
 def test_startup_failure_exit_code_and_message(sim_env: Env, tmp_path: Path) -> None:
     model = make_model(tmp_path / "odd", architecture="NotARealModelForCausalLM")
     result = run_sim("sglang_simulator", ["--model-path", str(model)], sim_env.environ())
-    assert result.returncode == 1
-    assert "Scheduler hit an exception: ValueError: Cannot find model module." in result.stderr
+    assert result.returncode == -9  # the launch-phase SIGQUIT handler SIGKILLs the process tree
+    assert "Scheduler hit an exception: Traceback (most recent call last):" in result.stderr
+    assert "\nValueError: Cannot find model module." in result.stderr
+    assert "kill_process_tree called: parent_pid=" in result.stderr
     assert "server_args={" in result.stderr

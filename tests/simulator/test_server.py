@@ -80,7 +80,7 @@ def test_phases_and_endpoints(start_server: Start, model_dir: Path, sim_env: Env
     metrics = server.get("/metrics").body.decode()
     for name in ("num_running_reqs", "num_queue_reqs", "gen_throughput", "spec_accept_length"):
         assert f"sglang:{name}{{" in metrics
-    assert 'sglang:generation_tokens_total{model_name="' in metrics
+    assert 'sglang:generation_tokens_total{engine_type="unified",is_streaming="false",model_name="' in metrics
     assert "sglang:prompt_tokens_total{" in metrics
 
     server_info = server.get("/server_info").json()
@@ -95,8 +95,9 @@ def test_phases_and_endpoints(start_server: Start, model_dir: Path, sim_env: Env
     assert server.get("/nope").status == 404 and server.get("/generate").status == 405
 
     stderr = server.stop()
-    assert server.proc.returncode == 0
+    assert server.proc.returncode == -9  # like real SGLang: SIGTERM ends in kill_process_tree's SIGKILL
     assert not (sim_env.state_dir / f"gpu-{server.proc.pid}.json").exists()
+    assert "SIGTERM received. signum=None frame=None. Draining requests and shutting down..." in stderr
     assert "The server is fired up and ready to roll!" in stderr
     assert "server_args={" in stderr
 
@@ -135,21 +136,29 @@ def test_ignore_speculative_knob(start_server: Start, model_dir: Path) -> None:
 def test_die_after_knob(start_server: Start, model_dir: Path) -> None:
     server = start_server(["--model-path", str(model_dir)], SGLANG_SIM_DIE_AFTER_SECONDS="0.3")
     server.wait_ready()
-    assert server.proc.wait(timeout=10) == 1
-    assert "simulated crash" in server.stop()
+    assert server.proc.wait(timeout=10) == -9
+    stderr = server.stop()
+    assert "simulated crash" in stderr and "Sleeping 5 seconds before crash diagnostics" in stderr
 
 
 def test_fail_at_start_knob(start_server: Start, model_dir: Path) -> None:
     server = start_server(["--model-path", str(model_dir)], SGLANG_SIM_FAIL_AT_START="NCCL error: unhandled")
-    assert server.proc.wait(timeout=10) == 1
-    assert "Scheduler hit an exception: RuntimeError: NCCL error: unhandled" in server.stop()
+    assert server.proc.wait(timeout=10) == -9
+    stderr = server.stop()
+    assert "Scheduler hit an exception: Traceback" in stderr
+    assert "\nRuntimeError: NCCL error: unhandled" in stderr
+    assert "Received sigquit from a child process. It usually means the child failed." in stderr
 
 
 def test_hang_loading_knob_never_listens(start_server: Start, model_dir: Path, sim_env: Env) -> None:
     server = start_server(["--model-path", str(model_dir)], SGLANG_SIM_HANG_LOADING="1")
-    time.sleep(0.6)
+    record = sim_env.state_dir / f"gpu-{server.proc.pid}.json"
+    deadline = time.monotonic() + 10
+    while not record.exists() and time.monotonic() < deadline and server.proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)
     assert server.proc.poll() is None
-    assert (sim_env.state_dir / f"gpu-{server.proc.pid}.json").exists()
+    assert record.exists()
     server.stop(signal.SIGTERM)
     assert server.proc.returncode == 0
     assert not (sim_env.state_dir / f"gpu-{server.proc.pid}.json").exists()

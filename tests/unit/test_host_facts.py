@@ -1,26 +1,178 @@
-"""sglang_host_facts: parsing nvidia-smi and /proc."""
+"""sglang_host_facts: parsing nvidia-smi and /proc, fed the real driver's recorded output."""
 
 from __future__ import annotations
 
+import json
+import re
+import stat
+import sys
 from pathlib import Path
 
 import sglang_host_facts as module
 
+RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "h200-driver-580.159.04"
+H200_UUID = "GPU-44f393d0-11d7-63e7-90fc-6f04b5c785e9"  # the GPU of the *-with-torch recordings
+H200_BUS = "00000000:00:06.0"
 
-def test_parse_gpus() -> None:
-    text = "0, GPU-a, NVIDIA B200, 183359, 1, 580.95.05, 0\n1, GPU-b, NVIDIA B200, 183359, 0, 580.95.05, [N/A]\n"
-    gpus = module.parse_gpus(text)
-    assert [g["index"] for g in gpus] == [0, 1]
-    assert gpus[0] == {
-        "index": 0,
-        "uuid": "GPU-a",
-        "name": "NVIDIA B200",
-        "memory_total_mib": 183359,
-        "memory_used_mib": 1,
-        "driver_version": "580.95.05",
-        "minor_number": 0,
+
+def recorded(name: str) -> str:
+    """A recorded output, without the `rc=N` line the recording appends."""
+    return re.sub(r"(?m)^rc=\d+\n\Z", "", (RECORDING / name).read_text())
+
+
+def help_fields(name: str) -> set[str]:
+    """Every name (aliases included) of a recorded `--help-query-*` text."""
+    lines = (RECORDING / name).read_text().splitlines()
+    return {n for line in lines if re.fullmatch(r'"[^"\s]+"(?: or "[^"\s]+")*', line) for n in re.findall(r'"([^"]+)"', line)}
+
+
+def fake_nvidia_smi(tmp_path: Path, *, xml: str | None = "nvidia-smi-q-with-torch.xml") -> str:
+    """An nvidia-smi that replays the recording for the exact queries the module makes (else the real refusal)."""
+    script = tmp_path / "nvidia-smi"
+    refuse = f'cat "{RECORDING}/unknown-field.txt" | head -n 2; exit 2'
+    xml_branch = f'cat "{RECORDING}/{xml}"' if xml else 'echo "No devices were found"; exit 6'
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        f'  "--query-gpu={module.GPU_FIELDS} --format=csv,noheader,nounits") cat "{RECORDING}/query-gpu-with-torch.csv";;\n'
+        f'  "--query-compute-apps={module.APP_FIELDS} --format=csv,noheader,nounits")'
+        f' head -n 1 "{RECORDING}/compute-apps-with-torch.csv";;\n'
+        f'  "-q -x") {xml_branch};;\n'
+        f"  *) {refuse};;\n"
+        "esac\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def proc_entry(root: Path, bus: str, minor: int, uuid: str = H200_UUID) -> None:
+    """A /proc/driver/nvidia/gpus/<bus>/information as the driver writes it."""
+    (root / bus).mkdir(parents=True)
+    (root / bus / "information").write_text(
+        "Model: \t\t NVIDIA H200\nIRQ:   \t\t 0\n"
+        f"GPU UUID: \t {uuid}\nVideo BIOS: \t 96.00.a5.00.1a\nBus Type: \t PCIe\n"
+        f"DMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"
+        "GPU Firmware: \t 580.159.04\nGPU Excluded:\t No\n"
+    )
+
+
+def test_queried_fields_are_all_in_the_recorded_help() -> None:
+    gpu_fields = help_fields("help-query-gpu.txt")
+    assert set(module.GPU_FIELDS.split(",")) <= gpu_fields
+    assert "minor_number" not in gpu_fields  # what broke preflight on the first real GPU
+    assert set(module.APP_FIELDS.split(",")) <= help_fields("help-query-compute-apps.txt")
+
+
+def test_parse_gpus_reads_the_recorded_query() -> None:
+    assert module.parse_gpus(recorded("query-gpu-with-torch.csv")) == [
+        {
+            "index": 0,
+            "uuid": H200_UUID,
+            "name": "NVIDIA H200",
+            "memory_total_mib": 143771,
+            "memory_used_mib": 2575,
+            "driver_version": "580.159.04",
+            "pci_bus_id": H200_BUS,
+        }
+    ]
+
+
+def test_parse_xml_minors_reads_the_recordings() -> None:
+    assert module.parse_xml_minors(recorded("nvidia-smi-q-with-torch.xml")) == {H200_UUID: 0}
+    assert module.parse_xml_minors(recorded("nvidia-smi-q.xml")) == {"GPU-16a29f6b-5412-7158-14a5-922c67e47101": 0}
+
+
+def test_parse_apps_reads_the_recording() -> None:
+    assert module.parse_apps(recorded("compute-apps-with-torch.csv"), {H200_UUID: 0}) == [
+        {"pid": 431, "gpu_index": 0, "used_mib": 2566, "name": "python3"}
+    ]
+    assert module.parse_apps("", {}) == []
+
+
+def test_proc_bus_id_is_the_kernels_spelling() -> None:
+    assert module.proc_bus_id(H200_BUS) == "0000:00:06.0"
+    assert module.proc_bus_id("00000000:1A:00.0") == "0000:1a:00.0"
+    assert module.proc_bus_id("00000001:9B:00.0") == "0001:9b:00.0"
+
+
+def test_parse_proc_information() -> None:
+    text = f"Model: \t\t NVIDIA H200\nGPU UUID: \t {H200_UUID}\nDevice Minor: \t 3\n"
+    assert module.parse_proc_information(text) == (3, H200_UUID)
+    assert module.parse_proc_information("Model: \t\t NVIDIA H200\n") == (None, None)
+
+
+def test_minor_from_proc_needs_no_nvidia_smi(tmp_path: Path) -> None:
+    proc_entry(tmp_path / "gpus", "0000:00:06.0", 3)
+    gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
+    assert module.add_minors(gpus, str(tmp_path / "no-nvidia-smi"), str(tmp_path / "gpus")) is None
+    assert (gpus[0]["minor_number"], gpus[0]["device"]) == (3, "/dev/nvidia3")
+
+
+def test_minor_falls_back_to_the_xml(tmp_path: Path) -> None:
+    proc_entry(tmp_path / "gpus", "0000:00:06.0", 3, uuid="GPU-another")  # about another GPU: not trusted
+    gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
+    assert module.add_minors(gpus, fake_nvidia_smi(tmp_path), str(tmp_path / "gpus")) is None
+    assert (gpus[0]["minor_number"], gpus[0]["device"]) == (0, "/dev/nvidia0")
+
+
+def test_a_gpu_without_minor_is_an_error_not_its_index(tmp_path: Path) -> None:
+    gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
+    error = module.add_minors(gpus, fake_nvidia_smi(tmp_path, xml=None), str(tmp_path / "gpus"))
+    assert error is not None
+    assert f"GPU 0 ({H200_UUID}, {H200_BUS})" in error and "No devices were found" in error
+    assert (gpus[0]["minor_number"], gpus[0]["device"]) == (None, None)
+    # An XML about other GPUs (nvidia-smi-q.xml is another machine) gives no minor either.
+    gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
+    assert module.add_minors(gpus, fake_nvidia_smi(tmp_path, xml="nvidia-smi-q.xml"), str(tmp_path / "gpus"))
+    assert gpus[0]["minor_number"] is None
+
+
+def test_device_nodes(tmp_path: Path) -> None:
+    for name in ("nvidiactl", "nvidia-uvm", "nvidia10", "nvidia2", "nvidia-modeset", "nvidia0x"):
+        (tmp_path / name).touch()
+    (tmp_path / "nvidia-caps").mkdir()
+    assert module.device_nodes(str(tmp_path)) == {
+        "/dev/nvidiactl": True,
+        "/dev/nvidia-uvm": True,
+        "/dev/nvidia-uvm-tools": False,
+        "/dev/nvidia2": True,
+        "/dev/nvidia10": True,
     }
-    assert gpus[1]["minor_number"] is None
+    assert module.device_nodes(str(tmp_path / "missing")) == dict.fromkeys(module.CONTROL_NODES, False)
+
+
+def test_gather_replays_the_recorded_host(tmp_path: Path) -> None:
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").touch()
+    facts = module.gather(fake_nvidia_smi(tmp_path), str(tmp_path / "no-proc"), str(tmp_path / "dev"))
+    assert facts["gpu_error"] is None
+    assert facts["driver_version"] == "580.159.04"
+    assert facts["gpus"] == [
+        {
+            "index": 0,
+            "uuid": H200_UUID,
+            "name": "NVIDIA H200",
+            "memory_total_mib": 143771,
+            "memory_used_mib": 2575,
+            "driver_version": "580.159.04",
+            "pci_bus_id": H200_BUS,
+            "minor_number": 0,
+            "device": "/dev/nvidia0",
+        }
+    ]
+    assert [{k: v for k, v in p.items() if k != "unit"} for p in facts["gpu_processes"]] == [
+        {"pid": 431, "gpu_index": 0, "used_mib": 2566, "name": "python3"}
+    ]
+    assert facts["device_nodes"]["/dev/nvidia0"] is True and facts["device_nodes"]["/dev/nvidiactl"] is False
+
+
+def test_gather_reports_the_real_refusal(tmp_path: Path) -> None:
+    script = tmp_path / "nvidia-smi"
+    script.write_text(f'#!/bin/sh\ncat "{RECORDING}/unknown-field.txt" | head -n 2; exit 2\n')
+    script.chmod(0o755)
+    facts = module.gather(str(script), str(tmp_path), str(tmp_path))
+    assert facts["gpu_error"] == 'Field "bogus_field" is not a valid field to query.'
+    assert facts["gpus"] == []
 
 
 def test_parse_listening_keeps_listen_sockets_only() -> None:
@@ -40,3 +192,35 @@ def test_unit_of_reads_the_service_from_the_cgroup(tmp_path: Path) -> None:
     assert module.unit_of(42, str(tmp_path)) == "sglang-30003.service"
     assert module.unit_of(43, str(tmp_path)) is None
     assert module.unit_of(44, str(tmp_path)) is None
+
+
+FLEET_RUN = Path(__file__).resolve().parents[1] / "recordings" / "sglang-0.5.17-h200-fleet"
+
+
+def test_the_module_ran_on_the_real_h200_and_its_parse_replays(tmp_path: Path) -> None:
+    """The fleet run's recorded driver answers, replayed through gather(), give what gather() returned on the H200."""
+    answers = {
+        " ".join(json.loads((FLEET_RUN / "nvidia_smi" / f"{name}.json").read_text())["argv"][1:]): name
+        for name in ("query-gpu", "q-x", "compute-apps.idle", "unknown-field.minor_number")
+    }
+    assert f"--query-gpu={module.GPU_FIELDS} --format=csv,noheader,nounits" in answers, "the query that ran is today's"
+    script = tmp_path / "nvidia-smi"
+    cases = "".join(
+        f'  "{args}") {sys.executable} -c "import json,sys; r=json.load(open(sys.argv[1])); '
+        f"print(r['stdout'], end=''); sys.exit(r['returncode'])\" \"{FLEET_RUN}/nvidia_smi/{name}.json\";;\n"
+        for args, name in answers.items()
+    )
+    script.write_text(f'#!/bin/sh\ncase "$*" in\n{cases}  *) exit 2;;\nesac\n')
+    script.chmod(0o755)
+    information = json.loads((FLEET_RUN / "nvidia_smi" / "proc-information.json").read_text())
+    for path, text in information.items():
+        entry = tmp_path / "proc" / Path(path).parent.name
+        entry.mkdir(parents=True)
+        (entry / "information").write_text(text)
+    real = json.loads((FLEET_RUN / "facts" / "host_facts.json").read_text())
+    replayed = module.gather(str(script), str(tmp_path / "proc"), str(tmp_path))
+    assert real["gpu_error"] is None and replayed["gpu_error"] is None
+    assert replayed["gpus"] == real["gpus"]
+    assert real["gpus"][0]["device"] == "/dev/nvidia0" and real["device_nodes"]["/dev/nvidia-uvm"] is True
+    refused = json.loads((FLEET_RUN / "nvidia_smi" / "unknown-field.minor_number.json").read_text())
+    assert (refused["returncode"], refused["stdout"]) == (2, 'Field "minor_number" is not a valid field to query.\n\n')

@@ -19,7 +19,9 @@ def test_b200_is_seven_single_gpu_instances_on_consecutive_ports(plan: Plan) -> 
     assert [i["name"] for i in instances] == [f"sglang-{30000 + i}" for i in range(7)]
     for index, instance in enumerate(instances):
         assert instance["gpu_ids"] == [index]
-        assert instance["environment"]["CUDA_VISIBLE_DEVICES"] == str(index)
+        assert instance["environment"]["CUDA_VISIBLE_DEVICES"] == f"GPU-b200-{index}"
+        assert instance["gpu_uuids"] == [f"GPU-b200-{index}"]
+        assert instance["gpu_devices"] == [f"/dev/nvidia{index}"]
         assert flag_value(instance["argv"], "--port") == str(30000 + index)
         assert flag_value(instance["argv"], "--nccl-port") == str(31000 + index)
         assert instance["unit"] == f"sglang-{30000 + index}.service"
@@ -44,7 +46,7 @@ def test_ct129_is_one_tensor_parallel_instance_over_both_gpus(plan: Plan) -> Non
     assert result["problems"] == []
     (instance,) = result["instances"]
     assert instance["gpu_ids"] == [0, 1]
-    assert instance["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert instance["environment"]["CUDA_VISIBLE_DEVICES"] == "GPU-ct129-0,GPU-ct129-1"
     assert flag_value(instance["argv"], "--tp-size") == "2"
     assert flag_value(instance["argv"], "--speculative-algorithm") == "NEXTN"
     assert instance["speculative"]["reported_algorithm"] == "EAGLE"
@@ -84,3 +86,16 @@ def test_environment_reaches_every_instance(plan: Plan) -> None:
 
 def test_derivation_is_deterministic(plan: Plan) -> None:
     assert plan("b200") == plan("b200")
+
+
+def test_gpus_are_named_by_uuid_and_allowed_by_their_own_device_node(plan: Plan) -> None:
+    """Device minors need not follow nvidia-smi's indexes: each instance gets the node of its own GPU's UUID."""
+    from conftest import host_facts
+
+    gpus = host_facts("b200", {})["gpus"]
+    for gpu in gpus:
+        gpu["minor_number"] = 6 - gpu["index"]
+        gpu["device"] = f"/dev/nvidia{6 - gpu['index']}"
+    instances = plan("b200", facts={"gpus": gpus}, sglang_gpu_ids=[2, 5])["instances"]
+    assert [i["environment"]["CUDA_VISIBLE_DEVICES"] for i in instances] == ["GPU-b200-2", "GPU-b200-5"]
+    assert [i["gpu_devices"] for i in instances] == [["/dev/nvidia4"], ["/dev/nvidia1"]]

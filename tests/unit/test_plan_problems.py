@@ -27,6 +27,9 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
     ),
     ("bad-choice", "ct129", {"sglang_server_args": {"dtype": "bf16"}}, {}, "--dtype accepts auto, half, float16, bfloat16"),
     ("removed-env", "b200", {"sglang_environment": {"SGLANG_ENABLE_SPEC_V2": "1"}}, {}, "no longer reads it"),
+    ("loader-env", "b200", {"sglang_environment": {"LD_PRELOAD": "/var/lib/sglang/x.so"}}, {}, "LD_* and PYTHON* variables"),
+    ("python-env", "b200", {"sglang_environment": {"PYTHONPATH": "/var/lib/sglang"}}, {}, "LD_* and PYTHON* variables"),
+    ("env-name", "b200", {"sglang_environment": {"A=B": "1"}}, {}, 'sglang_environment.A=B="1": not a valid environment'),
     (
         "draft-without-steps",
         "ct129",

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import sglang_rollout as module
+from ansible.module_utils.sglang_router_client import RouterError
 
 PARAMS = {
     "batch": 1,
@@ -123,7 +124,8 @@ def test_speculative_mismatch_rolls_back_and_stops(tmp_path: Path, params: dict[
     assert "speculative_algorithm=None, expected 'EAGLE'" in result["reason"]
     assert "the previous configuration is serving again" in result["rollback"]["sglang-30001"]
     assert (tmp_path / "sglang-30001.service").read_text() == "previous"
-    assert (tmp_path / "sglang-30002.service").read_text() == "new"
+    assert (tmp_path / "sglang-30002.service").read_text() == "previous", "not attempted: its verified files are back"
+    assert (tmp_path / "sglang-30002.env").read_text() == "previous"
     assert result["not_attempted"] == ["sglang-30002"]
     assert result["journal"] == "journal of sglang-30001.service"
     assert log[-3:] == ["restart sglang-30001.service", "ready sglang-30001", "router-add 30001"]
@@ -155,3 +157,67 @@ def test_failed_start_is_reported_with_its_reason(tmp_path: Path, params: dict[s
     result = module.rollout(host, [instance(30000, tmp_path)], params)
     assert result["reason"] == "sglang-30000.service: unit is failed"
     assert "serving again" in result["rollback"]["sglang-30000"]
+
+
+def test_a_failed_key_change_rolls_back_to_the_previous_key(tmp_path: Path, params: dict[str, Any]) -> None:
+    """The key file is part of the verified set: restored with the unit and the environment file."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    params = {**params, "secrets_dir": str(secrets)}
+    servers = [instance(30000, tmp_path), instance(30001, tmp_path)]
+    (secrets / "sglang-30000.yaml").write_text("api-key: new")
+    (tmp_path / "last-good" / "sglang-30000.yaml").write_text("api-key: previous")
+    (secrets / "sglang-30001.yaml").write_text("api-key: added")  # the last verified set had no key
+    log: list[str] = []
+    for server in servers:
+        result = module.rollout(fake_host(log, FakeServers(log, broken={30000, 30001}), router=False), [server], params)
+        assert "serving again" in result["rollback"][server["name"]]
+    assert (secrets / "sglang-30000.yaml").read_text() == "api-key: previous"
+    assert not (secrets / "sglang-30001.yaml").exists(), "a key the verified set did not have is removed"
+
+
+def test_a_verified_instance_keeps_its_key_file_in_the_set(tmp_path: Path, params: dict[str, Any]) -> None:
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "sglang-30000.yaml").write_text("api-key: new")
+    (tmp_path / "last-good").mkdir()
+    (tmp_path / "last-good" / "sglang-30001.yaml").write_text("api-key: stale")
+    params = {**params, "secrets_dir": str(secrets)}
+    log: list[str] = []
+    module.rollout(fake_host(log, FakeServers(log), router=False), [instance(30000), instance(30001)], params)
+    assert (tmp_path / "last-good" / "sglang-30000.yaml").read_text() == "api-key: new"
+    assert not (tmp_path / "last-good" / "sglang-30001.yaml").exists(), "no key now: none in the verified set"
+
+
+@pytest.mark.parametrize(("status", "router"), [(None, False), (401, None), (403, None), (500, None)])
+def test_a_router_refusing_the_key_stops_the_rollout_instead_of_skipping_the_drain(
+    monkeypatch: pytest.MonkeyPatch, status: int | None, router: bool | None
+) -> None:
+    def refuse(*_: Any, **__: Any) -> list[dict[str, Any]]:
+        raise RouterError("GET /workers: HTTP", status)
+
+    monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", refuse)
+    if router is False:
+        assert module.router_for("http://127.0.0.1:30100", "key") is None, "nothing answers: no router yet"
+        return
+    with pytest.raises(module.RolloutError, match=f"HTTP {status}"):
+        module.router_for("http://127.0.0.1:30100", "key")
+
+
+def test_workers_are_managed_with_the_key_the_running_router_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key rotation: workers rejoin with the new key, through a router that still runs with the old one."""
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "environ").write_bytes(b"HOME=/var/lib/sglang\0SGLANG_API_KEY=old-key\0NO_COLOR=1\0")
+    shown = type("Shown", (), {"stdout": "4242\n"})
+    monkeypatch.setattr("sglang_rollout.subprocess.run", lambda *_, **__: shown)
+    assert module.running_key("sglang-router.service", proc=str(tmp_path)) == "old-key"
+    seen: list[str] = []
+
+    def list_workers(url: str, api_key: str) -> list[dict[str, Any]]:
+        seen.append(api_key)
+        return []
+
+    monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", list_workers)
+    router = module.router_for("http://127.0.0.1:30100", "new-key", "old-key")
+    assert router is not None and seen == ["old-key"]
+    assert (router.api_key, router.worker_api_key) == ("old-key", "new-key")

@@ -40,6 +40,12 @@ def render(name: str, **variables: Any) -> str:
         "sglang_server_base_environment": {"CUDA_HOME": "/usr/local/cuda", "HOME": "/var/lib/sglang"},
         **variables,
     }
+    role_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
+    for variable in ("sglang_server_devices_unit", "sglang_server_root_path"):
+        context[variable] = role_vars[variable]
+    context["sglang_server_sandbox"] = [
+        environment.from_string(item).render(**context) for item in role_vars["sglang_server_sandbox"]
+    ]
     return environment.get_template(name).render(**context)
 
 
@@ -58,8 +64,12 @@ def test_unit_runs_the_planned_command_line(plan: Plan, host: str) -> None:
         assert argv[3:] == instance["argv"]
         assert unit["EnvironmentFile"] == f"/etc/sglang-fleet/{instance['name']}.env"
         assert unit["Restart"] == "on-failure"
+        assert unit["SuccessExitStatus"] == "SIGKILL" and unit["RestartForceExitStatus"] == "SIGKILL"
         assert unit["KillMode"] == "control-group"
-        assert unit["ExecStartPre"].endswith("check_gpus_free.py --wait 30")
+        pre = unit["ExecStartPre"]
+        assert pre.startswith("+/usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ")
+        assert " -I /usr/local/lib/sglang-fleet/check_gpus_free.py --wait 30 --gpus " in pre
+        assert pre.endswith(f"--gpus {','.join(instance['gpu_uuids'])}")
         assert [line for line in text.splitlines() if line.startswith("DeviceAllow=/dev/nvidia") and line[23:24].isdigit()] == [
             f"DeviceAllow={device} rw" for device in instance["gpu_devices"]
         ]
@@ -73,7 +83,7 @@ def test_environment_file_has_the_instance_gpus_and_the_base(plan: Plan) -> None
     instance = plan("b200", sglang_environment={"NCCL_DEBUG": "WARN", "GREETING": "hello world"})["instances"][5]
     text = render("sglang.env.j2", sglang_server_instance=instance)
     values = unit_lines(text)
-    assert values["CUDA_VISIBLE_DEVICES"] == "5"
+    assert values["CUDA_VISIBLE_DEVICES"] == "GPU-b200-5"
     assert values["CUDA_HOME"] == "/usr/local/cuda"
     assert values["NCCL_DEBUG"] == "WARN"
     assert values["GREETING"] == '"hello world"'

@@ -51,9 +51,11 @@ def test_one_active_enabled_unit_per_instance(host: Any) -> None:
 
 def test_each_server_has_its_gpus_port_and_speculative_flags(host: Any) -> None:
     machine, name = host, host.backend.get_hostname()
+    rows = machine.check_output("nvidia-smi --query-gpu=index,uuid --format=csv,noheader").splitlines()
+    uuids = {index.strip(): uuid.strip() for index, uuid in (row.split(",") for row in rows)}
     for port, expected in EXPECTED[name].items():
         argv, environment = main_process(machine, f"sglang-{port}.service")
-        assert environment["CUDA_VISIBLE_DEVICES"] == expected["gpus"]
+        assert environment["CUDA_VISIBLE_DEVICES"] == ",".join(uuids[gpu] for gpu in expected["gpus"].split(","))
         assert flag(argv, "--port") == str(port)
         assert flag(argv, "--nccl-port") == str(port + 1000)
         assert flag(argv, "--tp-size") == expected["tp"]

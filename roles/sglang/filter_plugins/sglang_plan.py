@@ -1,8 +1,10 @@
 """The fleet's one data model: a host's SGLang settings and facts become its instances and its problems.
 
-`sglang_plan(settings, facts, support)` returns {"instances": [...], "problems": [...]}. Every other role
+`sglang_plan(settings, facts, tables)` returns {"instances": [...], "problems": [...]}. Every other role
 reads the instances; preflight fails the deploy when any host has a problem. Each problem is one line
-naming host, instance, variable, value and fix.
+naming host, instance, variable, value and fix. `tables` are the support tables of every SGLang version
+sglang-fleet supports (roles/sglang/files/sglang-<version>.json); settings["version"] picks the pinned one,
+and the others say what a host moving between versions gains or loses.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class Flag:
     choices: list[Any] | None
     many: bool
     type: str | None
+    dest: str = ""
+    deprecated: bool = False
 
 
 @dataclass
@@ -58,13 +62,30 @@ class Support:
     removed_environment: dict[str, str]
     architectures: frozenset[str]
     speculative_algorithms: frozenset[str]
+    environment_names: frozenset[str] = frozenset()
+    # The support of the other versions sglang-fleet has tables for, newest first.
+    others: tuple[Support, ...] = ()
+
+    def knows_environment(self, name: str) -> bool:
+        """True when this version's source mentions `name` (names ending in "_" are prefixes it reads)."""
+        return name in self.environment_names or any(
+            known.endswith("_") and name.startswith(known) for known in self.environment_names
+        )
+
+    def versions_with(self, has: Callable[[Support], bool]) -> list[str]:
+        """The other versions for which `has` is true, newest first."""
+        return [other.version for other in self.others if has(other)]
+
+    def versions_reading(self, name: str) -> list[str]:
+        """The other versions that read the environment variable `name`, newest first."""
+        return [other.version for other in self.others if other.knows_environment(name)]
 
     @classmethod
     def load(cls, table: Mapping[str, Any]) -> Support:
         flags: dict[str, Flag] = {}
         for action in table["flags"]:
             nargs = action.get("nargs")
-            takes_value = action.get("action", "store") in ("store", "append") and nargs != 0
+            takes_value = action.get("action", "store") in ("store", "append", "deprecated_alias_store") and nargs != 0
             for option in action["option_strings"]:
                 if option.startswith("--"):
                     flags[option] = Flag(
@@ -73,6 +94,8 @@ class Support:
                         choices=action.get("choices"),
                         many=nargs in ("+", "*") or action.get("action") == "append",
                         type=action.get("type"),
+                        dest=str(action.get("dest", "")),
+                        deprecated=str(action.get("action", "")).startswith("deprecated"),
                     )
         replacements = table.get("removed_environment_replacements", {})
         removed = {name: replacements.get(name, "") for name in table.get("removed_environment", [])}
@@ -84,7 +107,38 @@ class Support:
             removed_environment=dict(removed),
             architectures=frozenset(table["architectures"]),
             speculative_algorithms=frozenset(table["speculative_algorithms"]),
+            environment_names=frozenset(table.get("environment_names", [])),
         )
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else -1 for part in version.split("."))
+
+
+def _pinned_support(plan: Plan, version: str, tables: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> Support | None:
+    """The pinned version's support, knowing the other versions; None (with one problem) when there is no table."""
+    listed = [tables] if isinstance(tables, Mapping) else list(tables)
+    supports = sorted((Support.load(table) for table in listed), key=lambda s: _version_key(s.version), reverse=True)
+    by_version = {support.version: support for support in supports}
+    if not version and len(supports) == 1:
+        version = supports[0].version
+    pinned = by_version.get(version)
+    if pinned is None:
+        known = ", ".join(sorted(by_version, key=_version_key)) or "none"
+        plan.problem(
+            "host",
+            "sglang_version",
+            version,
+            f"sglang-fleet has no support table for SGLang {version} (supported: {known})",
+            "pin one of the supported versions",
+        )
+        return None
+    pinned.others = tuple(support for support in supports if support is not pinned)
+    return pinned
+
+
+def _since(versions: Sequence[str]) -> str:
+    return ", ".join(f"SGLang {version}" for version in versions)
 
 
 @dataclass
@@ -125,19 +179,42 @@ def render_flag(flag: str, value: Any) -> list[str]:
 def _check_flag(plan: Plan, support: Support, where: str, variable: str, flag: str, value: Any) -> bool:
     """True when `flag` is a flag the pinned SGLang knows and `value` fits it; otherwise records why not."""
     if flag in support.renamed_flags:
+        still = support.versions_with(lambda other: _has_flag(other, flag))
         plan.problem(
             where,
             variable,
             value,
-            f"{flag} does not exist in SGLang {support.version}",
-            f"use {support.renamed_flags[flag]}",
+            f"{flag} does not exist in SGLang {support.version}" + (f" ({_since(still)} has it)" if still else ""),
+            f"use {support.renamed_flags[flag]}" + (f" or pin sglang_version {still[0]}" if still else ""),
         )
         return False
     if flag in support.removed_flags:
-        plan.problem(where, variable, value, f"{flag} was removed in SGLang {support.version}", "remove the setting")
+        still = support.versions_with(lambda other: _has_flag(other, flag))
+        plan.problem(
+            where,
+            variable,
+            value,
+            f"{flag} was removed in SGLang {support.version}" + (f" ({_since(still)} has it)" if still else ""),
+            "remove the setting" + (f" or pin sglang_version {still[0]}" if still else ""),
+        )
         return False
     known = support.flags.get(flag)
     if known is None:
+        # Known to another supported version: say which, and what this version calls it, if anything.
+        having = support.versions_with(lambda other: _has_flag(other, flag))
+        if having:
+            fix = "remove it"
+            names = _names_in(support, flag)
+            if names:
+                fix = f"use {names[0]} (its name in SGLang {support.version})"
+            plan.problem(
+                where,
+                variable,
+                value,
+                f"SGLang {support.version} has no flag {flag} ({_since(having)} has it)",
+                f"{fix} or pin sglang_version {having[0]}",
+            )
+            return False
         close = difflib.get_close_matches(flag, list(support.flags), n=1, cutoff=0.75)
         hint = f"did you mean {close[0]}?" if close else "see `python -m sglang.launch_server --help`"
         plan.problem(where, variable, value, f"SGLang {support.version} has no flag {flag}", hint)
@@ -163,6 +240,28 @@ def _check_flag(plan: Plan, support: Support, where: str, variable: str, flag: s
     return True
 
 
+def _has_flag(support: Support, flag: str) -> bool:
+    """True when `flag` is a regular flag of `support`'s version (not only a deprecated alias)."""
+    known = support.flags.get(flag)
+    return known is not None and not known.deprecated
+
+
+def _names_in(support: Support, flag: str) -> list[str]:
+    """What `support`'s version calls a setting another version spells `flag` (same field, or renamed)."""
+    names: set[str] = set()
+    for other in support.others:
+        known = other.flags.get(flag)
+        if known is None:
+            continue
+        names.update(
+            option
+            for option, mine in support.flags.items()
+            if known.dest and mine.dest == known.dest and not mine.deprecated and mine.takes_value == known.takes_value
+        )
+        names.update(old for old, new in other.renamed_flags.items() if new.split("=", 1)[0] == flag and old in support.flags)
+    return sorted(names)
+
+
 def _positive_int(plan: Plan, variable: str, value: Any, minimum: int = 1) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         plan.problem("host", variable, value, f"must be an integer >= {minimum}", f"set {variable} to a whole number")
@@ -179,7 +278,14 @@ def _speculative_flags(
     algorithm = speculative.get("algorithm")
     if algorithm not in support.speculative_algorithms:
         options = ", ".join(sorted(support.speculative_algorithms))
-        plan.problem(where, f"{variable}.algorithm", algorithm, f"SGLang {support.version} knows {options}", "pick one")
+        having = support.versions_with(lambda other: algorithm in other.speculative_algorithms)
+        plan.problem(
+            where,
+            f"{variable}.algorithm",
+            algorithm,
+            f"SGLang {support.version} knows {options}" + (f" ({_since(having)} knows {algorithm})" if having else ""),
+            "pick one" + (f" or pin sglang_version {having[0]}" if having else ""),
+        )
         return None
     flags: dict[str, Any] = {}
     valid = True
@@ -245,14 +351,45 @@ def _checked_args(
     return flags if valid else None
 
 
+ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Variables that change how programs load code: a service's environment must not steer its root helpers.
+LOADER_PREFIXES = ("LD_", "PYTHON")
+
+
 def _check_environment(plan: Plan, support: Support, where: str, variable: str, environment: Mapping[str, Any]) -> None:
     for name, value in environment.items():
-        if name in support.removed_environment:
+        if not isinstance(name, str) or not ENVIRONMENT_NAME.fullmatch(name):
+            plan.problem(where, f"{variable}.{name}", value, "not a valid environment variable name", "use letters, digits and _")
+        elif name.startswith(LOADER_PREFIXES):
+            plan.problem(
+                where,
+                f"{variable}.{name}",
+                value,
+                "LD_* and PYTHON* variables change what code the server (and its root start-up check) loads",
+                f"remove {name}; install libraries into the venv or the system instead",
+            )
+        elif name in support.removed_environment:
             replacement = support.removed_environment[name]
             fix = f"use {replacement}" if replacement else f"remove {name}"
+            still = support.versions_reading(name)
             plan.problem(
-                where, f"{variable}.{name}", value, f"SGLang {support.version} no longer reads it and ignores it silently", fix
+                where,
+                f"{variable}.{name}",
+                value,
+                f"SGLang {support.version} no longer reads it and ignores it silently"
+                + (f" ({_since(still)} reads it)" if still else ""),
+                fix,
             )
+        elif name.startswith(("SGLANG_", "SGL_")) and not support.knows_environment(name):
+            having = support.versions_reading(name)
+            if having:
+                plan.problem(
+                    where,
+                    f"{variable}.{name}",
+                    value,
+                    f"SGLang {support.version} does not read {name} and would ignore it silently ({_since(having)} reads it)",
+                    f"remove {name} or pin sglang_version {having[0]}",
+                )
         elif name == "CUDA_VISIBLE_DEVICES":
             plan.problem(
                 where, f"{variable}.{name}", value, "GPUs are given to each instance by sglang-fleet", "use sglang_gpu_ids"
@@ -276,7 +413,9 @@ def _connect_host(listen_host: str) -> str:
     return "127.0.0.1" if listen_host in ("0.0.0.0", "::", "") else listen_host
 
 
-def _derive_instances(plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int], support: Support) -> list[dict[str, Any]]:
+def _derive_instances(
+    plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int], gpu_facts: Sequence[Mapping[str, Any]], support: Support
+) -> list[dict[str, Any]]:
     tensor = _positive_int(plan, "sglang_tensor_parallel_size", settings["tensor_parallel_size"])
     data = _positive_int(plan, "sglang_data_parallel_size", settings["data_parallel_size"])
     pipeline = _positive_int(plan, "sglang_pipeline_parallel_size", settings["pipeline_parallel_size"])
@@ -320,6 +459,7 @@ def _derive_instances(plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int
             "servers reachable beyond this host need an API key",
             "set sglang_api_key (from ansible-vault) or keep 127.0.0.1 and put the router in front",
         )
+    uuids = {gpu["index"]: str(gpu["uuid"]) for gpu in gpu_facts if gpu.get("uuid")}
     instances = []
     for index in range(count):
         override = _instance_override(settings["instance_overrides"], index)
@@ -361,8 +501,9 @@ def _derive_instances(plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int
         for flag, value in {**(spec_flags or {}), **(base_args or {}), **(own_args or {})}.items():
             argv += render_flag(flag, value)
         environment = {str(k): str(v) for k, v in _merge(settings["environment"], override.get("environment")).items()}
-        environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in gpus)
-        # CUDA numbers GPUs fastest first unless told otherwise; nvidia-smi (and sglang_gpu_ids) by PCI bus.
+        # GPUs by UUID: inside the unit's device cgroup CUDA numbers only the GPUs it may open, from 0, so a
+        # host-wide index would name no GPU (or the wrong one); a UUID names the same GPU everywhere.
+        environment["CUDA_VISIBLE_DEVICES"] = ",".join(uuids.get(gpu, str(gpu)) for gpu in gpus)
         environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         algorithm = speculative.get("algorithm")
         instances.append(
@@ -373,6 +514,7 @@ def _derive_instances(plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int
                 "port": port,
                 "nccl_port": nccl_base + index,
                 "gpu_ids": gpus,
+                "gpu_uuids": [uuids[gpu] for gpu in gpus if gpu in uuids],
                 "url": f"http://{_connect_host(listen_host)}:{port}",
                 "model_path": model_path,
                 "served_model_name": served_name,
@@ -409,12 +551,16 @@ def _model_problems(
     architectures = model.get("architectures") or []
     unknown = [arch for arch in architectures if arch not in support.architectures]
     if not architectures or unknown:
+        having = support.versions_with(lambda other: bool(unknown) and set(unknown) <= other.architectures)
         plan.problem(
             "host",
             "sglang_model_path",
             path,
-            f"architecture {unknown or architectures} is not supported by SGLang {support.version}",
-            "pin an SGLang version that supports it (see the support table) or serve another model",
+            f"architecture {unknown or architectures} is not supported by SGLang {support.version}"
+            + (f" ({_since(having)} supports it)" if having else ""),
+            f"pin sglang_version {having[0]} or serve another model"
+            if having
+            else "pin an SGLang version that supports it (see the support table) or serve another model",
         )
     for shard in model.get("missing_shards", []):
         plan.problem(
@@ -586,10 +732,37 @@ def _gpu_and_port_problems(
         )
 
 
-def sglang_plan(settings: Mapping[str, Any], facts: Mapping[str, Any], table: Mapping[str, Any]) -> dict[str, Any]:
-    """Derives a host's instances from its settings and facts and lists every problem found."""
-    support = Support.load(table)
+def gpu_device(gpu: Mapping[str, Any]) -> str | None:
+    """The device node of a GPU (/dev/nvidia<minor>), as the host facts found it."""
+    if gpu.get("device"):
+        return str(gpu["device"])
+    minor = gpu.get("minor_number")
+    return f"/dev/nvidia{minor}" if isinstance(minor, int) else None
+
+
+def sglang_plan(
+    settings: Mapping[str, Any], facts: Mapping[str, Any], tables: Sequence[Mapping[str, Any]] | Mapping[str, Any]
+) -> dict[str, Any]:
+    """Derives a host's instances from its settings and facts and lists every problem found.
+
+    `tables`: the support tables of every supported version (one table alone is taken as the pinned one).
+    """
     plan = Plan(host=str(settings["host"]))
+    pinned = _pinned_support(plan, str(settings.get("version") or ""), tables)
+    if pinned is None:
+        return {"instances": [], "problems": plan.problems}
+    support = pinned
+    constraints = settings.get("constraints_versions")
+    if constraints is not None and support.version not in constraints:
+        plan.problem(
+            "host",
+            "sglang_version",
+            support.version,
+            f"roles/sglang_venv/files/constraints-{support.version}.txt is missing (the exact packages of SGLang "
+            f"{support.version} the wheelhouse installs)",
+            "resolve it as that file's header for another version says, or pin "
+            + " / ".join(sorted(constraints, key=_version_key, reverse=True)),
+        )
     detected = [gpu["index"] for gpu in facts.get("gpus") or []]
     if facts.get("gpu_error"):
         lines = str(facts["gpu_error"]).strip().splitlines() or ["?"]
@@ -602,11 +775,11 @@ def sglang_plan(settings: Mapping[str, Any], facts: Mapping[str, Any], table: Ma
         )
         return {"instances": [], "problems": plan.problems}
     gpu_ids = [int(gpu) for gpu in settings["gpu_ids"]] if settings["gpu_ids"] else detected
-    instances = _derive_instances(plan, settings, gpu_ids, support)
-    minors = {gpu["index"]: gpu.get("minor_number", gpu["index"]) for gpu in facts.get("gpus") or []}
+    instances = _derive_instances(plan, settings, gpu_ids, facts.get("gpus") or [], support)
+    devices = {gpu["index"]: gpu_device(gpu) for gpu in facts.get("gpus") or []}
     for instance in instances:
         # The device nodes the instance may open (its unit allows only these and the driver's shared ones).
-        instance["gpu_devices"] = [f"/dev/nvidia{minors.get(gpu, gpu)}" for gpu in instance["gpu_ids"]]
+        instance["gpu_devices"] = [devices[gpu] for gpu in instance["gpu_ids"] if devices.get(gpu)]
     weight_bytes = _model_problems(plan, settings, facts.get("model") or {}, instances, support)
     _memory_problems(plan, settings, facts, instances, weight_bytes)
     _gpu_and_port_problems(plan, settings, facts, instances)

@@ -7,12 +7,22 @@ import os
 import re
 import subprocess
 from typing import Any
+from xml.etree import ElementTree
 
 DOCUMENTATION = r"""
 module: sglang_host_facts
 short_description: Gathers the GPU, memory, port and library facts that sglang-fleet plans with
 description:
-  - Runs C(nvidia-smi) for the GPUs, their memory, the driver version and the processes using them.
+  - Runs C(nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id
+    --format=csv,noheader,nounits) for the GPUs, their memory, the driver version and PCI bus ids. Every field is one
+    the driver lists in C(nvidia-smi --help-query-gpu) (C(minor_number) is not; see
+    tests/recordings/h200-driver-580.159.04).
+  - Takes each GPU's device minor (its C(/dev/nvidia<minor>)) from C(Device Minor) of
+    C(/proc/driver/nvidia/gpus/<bus id>/information) (bus id C(0000:18:00.0)) when readable, else from the
+    C(<minor_number>) of its C(<gpu>) (matched by C(<uuid>)) in C(nvidia-smi -q -x). A GPU neither gives is an
+    error in C(gpu_error); the minor never defaults to the index.
+  - Records which of C(/dev/nvidiactl), C(/dev/nvidia-uvm), C(/dev/nvidia-uvm-tools) and C(/dev/nvidia<N>) exist.
+  - Runs C(nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory,process_name) for the processes using the GPUs.
   - Maps each GPU process and each listening TCP port to its PID, program name and systemd unit.
   - Reads host RAM from C(/proc/meminfo) and the glibc version from the C library.
   - Sets the fact C(sglang_host). Never changes the host.
@@ -31,13 +41,49 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(sglang_host) with gpus, gpu_processes, listening, driver_version, memtotal_mb, glibc_version.
+  description: The fact C(sglang_host).
   returned: always
   type: dict
+  contains:
+    gpus:
+      description:
+        - One per GPU, by index. Keys C(index), C(uuid), C(name), C(memory_total_mib), C(memory_used_mib),
+          C(driver_version), C(pci_bus_id) (as nvidia-smi prints it, C(00000000:18:00.0)), C(minor_number) (int)
+          and C(device) (C(/dev/nvidia<minor_number>)).
+        - C(minor_number) and C(device) are null for a GPU whose minor could not be found; C(gpu_error) says so.
+      type: list
+      elements: dict
+    gpu_error:
+      description: Why the GPU facts are missing or incomplete (nvidia-smi failed, a minor not found); null when fine.
+      type: str
+    device_nodes:
+      description:
+        - Path to whether it exists, for C(/dev/nvidiactl), C(/dev/nvidia-uvm) and C(/dev/nvidia-uvm-tools) (always
+          listed) and for every C(/dev/nvidia<N>) that exists (listed only when present, as true).
+      type: dict
+    gpu_processes:
+      description: C(pid), C(gpu_index), C(used_mib), C(name) and C(unit) (systemd service or null) per compute process.
+      type: list
+      elements: dict
+    driver_version:
+      description: The NVIDIA driver version, from the first GPU; null without GPUs.
+      type: str
+    listening:
+      description: C(port), C(pid), C(name) and C(unit) per listening TCP port.
+      type: list
+      elements: dict
+    memtotal_mb:
+      description: Host RAM in MB, from C(/proc/meminfo).
+      type: int
+    glibc_version:
+      description: The glibc version, e.g. C(2.36); empty when unknown.
+      type: str
 """
 
-GPU_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,minor_number"
+GPU_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
+PROC_GPUS = "/proc/driver/nvidia/gpus"
+CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 TCP_LISTEN = "0A"
 
 
@@ -47,8 +93,10 @@ def parse_csv(text: str) -> list[list[str]]:
 
 
 def parse_gpus(text: str) -> list[dict[str, Any]]:
+    """GPUs from `--query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits` (no minor yet)."""
     gpus = []
-    for index, uuid, name, total, used, driver, minor in parse_csv(text):
+    for row in parse_csv(text):
+        index, uuid, name, total, used, driver, bus_id = row[0], row[1], ",".join(row[2:-4]), *row[-4:]
         gpus.append(
             {
                 "index": int(index),
@@ -57,10 +105,74 @@ def parse_gpus(text: str) -> list[dict[str, Any]]:
                 "memory_total_mib": int(float(total)),
                 "memory_used_mib": int(float(used)),
                 "driver_version": driver,
-                "minor_number": int(minor) if minor.isdigit() else None,
+                "pci_bus_id": bus_id,
             }
         )
     return gpus
+
+
+def proc_bus_id(bus_id: str) -> str:
+    """nvidia-smi's `00000000:18:00.0` as the kernel names it under /proc and /sys: `0000:18:00.0`."""
+    domain, bus, slot = bus_id.strip().lower().split(":")
+    return f"{int(domain, 16):04x}:{bus}:{slot}"
+
+
+def parse_proc_information(text: str) -> tuple[int | None, str | None]:
+    """(Device Minor, GPU UUID) of a /proc/driver/nvidia/gpus/<bus id>/information text."""
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    minor = fields.get("Device Minor", "").strip()
+    uuid = fields.get("GPU UUID", "").strip()
+    return (int(minor) if minor.isdigit() else None), (uuid or None)
+
+
+def proc_minor(gpu: dict[str, Any], root: str = PROC_GPUS) -> int | None:
+    """The GPU's device minor from the driver's /proc entry, when readable and about the same GPU."""
+    try:
+        with open(f"{root}/{proc_bus_id(gpu['pci_bus_id'])}/information", encoding="utf-8") as handle:
+            minor, uuid = parse_proc_information(handle.read())
+    except (OSError, ValueError, IndexError):
+        return None
+    return minor if uuid in (None, gpu["uuid"]) else None
+
+
+def parse_xml_minors(text: str) -> dict[str, int]:
+    """Device minor by GPU UUID, from `nvidia-smi -q -x` (`<gpu><uuid>` and `<gpu><minor_number>`)."""
+    minors: dict[str, int] = {}
+    for gpu in ElementTree.fromstring(text).iter("gpu"):
+        uuid, minor = gpu.findtext("uuid", "").strip(), gpu.findtext("minor_number", "").strip()
+        if uuid and minor.isdigit():
+            minors[uuid] = int(minor)
+    return minors
+
+
+def parse_apps(text: str, by_uuid: dict[str, int]) -> list[dict[str, Any]]:
+    """Compute processes from `--query-compute-apps=<APP_FIELDS> --format=csv,noheader,nounits`."""
+    apps = []
+    for row in parse_csv(text):
+        if len(row) < 4 or not row[0].isdigit():
+            continue
+        pid, uuid, used, name = row[0], row[1], row[2], ",".join(row[3:])
+        apps.append(
+            {
+                "pid": int(pid),
+                "gpu_index": by_uuid.get(uuid),
+                "used_mib": int(float(used)) if used.replace(".", "", 1).isdigit() else None,
+                "name": name,
+            }
+        )
+    return apps
+
+
+def device_nodes(dev: str = "/dev") -> dict[str, bool]:
+    """The NVIDIA control nodes (present or not) and every /dev/nvidia<N> that exists."""
+    nodes = {path: os.path.exists(dev + path[len("/dev") :]) for path in CONTROL_NODES}
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        names = []
+    for name in sorted((n for n in names if re.fullmatch(r"nvidia\d+", n)), key=lambda n: int(n[6:])):
+        nodes[f"/dev/{name}"] = True
+    return nodes
 
 
 def unit_of(pid: int, proc: str = "/proc") -> str | None:
@@ -158,47 +270,68 @@ def glibc_version() -> str:
     return found.split()[-1] if found else ""
 
 
-def gather(nvidia_smi: str) -> dict[str, Any]:
+def run_smi(nvidia_smi: str, *args: str) -> tuple[str, str | None]:
+    """(stdout, error): error is None when nvidia-smi exited 0."""
+    try:
+        done = subprocess.run([nvidia_smi, *args], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return "", f"{nvidia_smi}: {error}"
+    if done.returncode != 0:
+        return done.stdout, (done.stderr or done.stdout).strip() or f"{nvidia_smi} exited {done.returncode}"
+    return done.stdout, None
+
+
+def add_minors(gpus: list[dict[str, Any]], nvidia_smi: str, proc_gpus: str = PROC_GPUS) -> str | None:
+    """Set each GPU's minor_number and device (/dev/nvidia<minor>): from /proc, else `nvidia-smi -q -x`.
+
+    Returns an error for GPUs whose minor neither source gives (their minor_number and device stay None).
+    """
+    xml_minors: dict[str, int] | None = None
+    xml_error = None
+    missing = []
+    for gpu in gpus:
+        minor = proc_minor(gpu, proc_gpus)
+        if minor is None and xml_minors is None:
+            text, xml_error = run_smi(nvidia_smi, "-q", "-x")
+            try:
+                xml_minors = parse_xml_minors(text) if xml_error is None else {}
+            except ElementTree.ParseError as error:
+                xml_minors, xml_error = {}, f"cannot parse `{nvidia_smi} -q -x`: {error}"
+        if minor is None and xml_minors is not None:
+            minor = xml_minors.get(gpu["uuid"])
+        gpu["minor_number"] = minor
+        gpu["device"] = None if minor is None else f"/dev/nvidia{minor}"
+        if minor is None:
+            missing.append(f"GPU {gpu['index']} ({gpu['uuid']}, {gpu['pci_bus_id']})")
+    if not missing:
+        return None
+    return (
+        f"no device minor number for {', '.join(missing)}: not in {proc_gpus}/<bus id>/information"
+        f" nor in `{nvidia_smi} -q -x`" + (f" ({xml_error})" if xml_error else "")
+    )
+
+
+def gather(nvidia_smi: str, proc_gpus: str = PROC_GPUS, dev: str = "/dev") -> dict[str, Any]:
     facts: dict[str, Any] = {
         "gpus": [],
         "gpu_processes": [],
         "gpu_error": None,
         "driver_version": None,
+        "device_nodes": device_nodes(dev),
         "memtotal_mb": memtotal_mb(),
         "glibc_version": glibc_version(),
         "listening": listening_ports(),
     }
-    query = [nvidia_smi, f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"]
-    try:
-        gpus = subprocess.run(query, capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        facts["gpu_error"] = f"{nvidia_smi}: {error}"
+    text, facts["gpu_error"] = run_smi(nvidia_smi, f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits")
+    if facts["gpu_error"]:
         return facts
-    if gpus.returncode != 0:
-        facts["gpu_error"] = (gpus.stderr or gpus.stdout).strip() or f"{nvidia_smi} exited {gpus.returncode}"
-        return facts
-    facts["gpus"] = parse_gpus(gpus.stdout)
+    facts["gpus"] = parse_gpus(text)
     if facts["gpus"]:
         facts["driver_version"] = facts["gpus"][0]["driver_version"]
+    facts["gpu_error"] = add_minors(facts["gpus"], nvidia_smi, proc_gpus)
+    text, error = run_smi(nvidia_smi, f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits")
     by_uuid = {gpu["uuid"]: gpu["index"] for gpu in facts["gpus"]}
-    apps = subprocess.run(
-        [nvidia_smi, f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    for row in parse_csv(apps.stdout) if apps.returncode == 0 else []:
-        pid, uuid, used, name = row[0], row[1], row[2], ",".join(row[3:])
-        facts["gpu_processes"].append(
-            {
-                "pid": int(pid),
-                "gpu_index": by_uuid.get(uuid),
-                "used_mib": int(float(used)) if used.replace(".", "", 1).isdigit() else None,
-                "name": name,
-                "unit": unit_of(int(pid)),
-            }
-        )
+    facts["gpu_processes"] = [{**app, "unit": unit_of(app["pid"])} for app in ([] if error else parse_apps(text, by_uuid))]
     return facts
 
 

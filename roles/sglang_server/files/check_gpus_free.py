@@ -1,15 +1,15 @@
 """ExecStartPre of every SGLang unit: refuse to start while another process holds memory on our GPUs.
 
 An orphaned scheduler of an earlier run, or any other program, keeps GPU memory and makes SGLang fail
-minutes later. This reads the instance's GPUs from CUDA_VISIBLE_DEVICES, asks nvidia-smi which compute
+minutes later. This takes the instance's GPUs (UUIDs) from --gpus, asks nvidia-smi which compute
 processes use them, waits up to --wait seconds for exiting processes to free their memory, and otherwise
-exits 1 naming each PID with its systemd unit and command line. Installed by sglang-fleet.
+exits 1 naming each PID with its systemd unit and command line. Installed by sglang-fleet; the unit runs it as
+root with an empty environment (`env -i`) and `python -I`, so nothing the service account controls steers it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -36,11 +36,12 @@ def describe(pid: str) -> str:
 
 
 def foreign_processes(nvidia_smi: str, visible: list[str]) -> list[str]:
-    uuids = {uuid: index for index, uuid in query(nvidia_smi, "--query-gpu=index,uuid")}
+    """Processes holding memory on the GPUs named in `visible` (UUIDs, as sglang-fleet writes them, or indexes)."""
+    indexes = {uuid: index for index, uuid in query(nvidia_smi, "--query-gpu=index,uuid")}
     found = []
     for pid, uuid, used in (row[:3] for row in query(nvidia_smi, "--query-compute-apps=pid,gpu_uuid,used_memory")):
-        if uuids.get(uuid) in visible:
-            found.append(f"GPU {uuids[uuid]}: {used} MiB held by {describe(pid)}")
+        if uuid in visible or indexes.get(uuid) in visible:
+            found.append(f"GPU {indexes.get(uuid, '?')} ({uuid}): {used} MiB held by {describe(pid)}")
     return found
 
 
@@ -48,8 +49,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--wait", type=float, default=30.0, help="seconds to wait for memory to be freed")
     parser.add_argument("--nvidia-smi", default="nvidia-smi")
+    parser.add_argument("--gpus", default="", help="the instance's GPUs (UUIDs), comma separated")
     args = parser.parse_args()
-    visible = [gpu.strip() for gpu in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if gpu.strip()]
+    visible = [gpu.strip() for gpu in args.gpus.split(",") if gpu.strip()]
     deadline = time.monotonic() + args.wait
     while True:
         found = foreign_processes(args.nvidia_smi, visible)

@@ -81,6 +81,11 @@ def sglang_server_stale(
     return stale
 
 
+def sglang_server_unit_properties(instance: dict[str, Any], sandbox: list[str]) -> list[str]:
+    """An instance unit's confinement: the host-wide settings plus a DeviceAllow for each of its GPUs' nodes."""
+    return [*sandbox, *(f"DeviceAllow={device} rw" for device in instance["gpu_devices"])]
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -90,4 +95,5 @@ class FilterModule:
             "systemd_env_quote": systemd_env_quote,
             "systemd_show_states": systemd_show_states,
             "sglang_server_stale": sglang_server_stale,
+            "sglang_server_unit_properties": sglang_server_unit_properties,
         }

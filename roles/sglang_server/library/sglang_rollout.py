@@ -28,8 +28,8 @@ description:
     reported as EAGLE), sends one probe generation that must return tokens, and, with speculative decoding
     on, requires C(avg_spec_accept_length) above a minimum.
   - On a failed start, a readiness timeout or a verification mismatch, restores the instance's last verified
-    unit and environment file (copies kept in C(last_good_dir)), restarts it, confirms it is ready again, puts it back into
-    the router, stops the rollout (later instances are not touched) and fails with the reason and the
+    unit, environment file and key file (copies kept in C(last_good_dir)), restarts it, confirms it is ready
+    again, puts it back into the router, stops the rollout (later instances are not touched) and fails with the reason and the
     journal tail of the failed start.
 options:
   instances:
@@ -49,6 +49,10 @@ options:
     description: Where a copy of each instance's files is kept once it passed verification; a rollback restores it.
     type: path
     default: /etc/sglang-fleet/last-good
+  secrets_dir:
+    description: Directory of the instances' key files (C(<name>.yaml)), part of the verified set; empty leaves them out.
+    type: path
+    default: ""
   batch:
     description: Instances restarted at once.
     type: int
@@ -57,6 +61,10 @@ options:
     description: The host's sglang-router; empty when there is none.
     type: str
     default: ""
+  router_unit:
+    description: The router's unit; the rollout manages its workers with the key the running router holds.
+    type: str
+    default: sglang-router.service
   drain_timeout:
     description: Seconds to wait, after taking an instance out of the router, for its running requests to finish.
     type: float
@@ -182,29 +190,51 @@ def verify(host: Host, instance: dict[str, Any], probe_tokens: int, min_accept: 
 
 
 def files_of(instance: dict[str, Any], params: dict[str, Any]) -> list[tuple[str, str]]:
-    """(current file, its last verified copy) for the instance's unit and environment file."""
-    env = f"{instance['name']}.env"
-    return [
+    """(current file, its last verified copy) for the instance's unit, environment file and key file.
+
+    The unit comes first: a verified set exists when its copy does. The key file (SGLang's --config with the
+    API key) is part of the set, so a failed key change rolls back to the previous key.
+    """
+    env, secret = f"{instance['name']}.env", f"{instance['name']}.yaml"
+    files = [
         (os.path.join(params["unit_dir"], instance["unit"]), os.path.join(params["last_good_dir"], instance["unit"])),
         (os.path.join(params["env_dir"], env), os.path.join(params["last_good_dir"], env)),
     ]
+    if params.get("secrets_dir"):
+        files.append((os.path.join(params["secrets_dir"], secret), os.path.join(params["last_good_dir"], secret)))
+    return files
 
 
 def save_last_good(instance: dict[str, Any], params: dict[str, Any]) -> None:
-    """Keeps a copy of the files a verified instance runs with, to roll back to."""
+    """Keeps a copy of the files a verified instance runs with, to roll back to (owner and mode kept)."""
     os.makedirs(params["last_good_dir"], mode=0o750, exist_ok=True)
     for current, last_good in files_of(instance, params):
         if os.path.exists(current):
             shutil.copy2(current, last_good)
+            stat = os.stat(current)
+            os.chown(last_good, stat.st_uid, stat.st_gid)
+        elif os.path.exists(last_good):
+            os.unlink(last_good)
 
 
 def restore(instance: dict[str, Any], params: dict[str, Any]) -> list[str]:
-    """Puts the instance's last verified unit and environment file back; returns what was restored."""
+    """Puts the instance's last verified files back, removing one the verified set did not have.
+
+    Returns what was restored or removed; nothing when the instance was never verified.
+    """
+    files = files_of(instance, params)
+    if not os.path.exists(files[0][1]):
+        return []
     restored = []
-    for current, last_good in files_of(instance, params):
+    for current, last_good in files:
         if os.path.exists(last_good):
             shutil.copy2(last_good, current)
+            stat = os.stat(last_good)
+            os.chown(current, stat.st_uid, stat.st_gid)
             restored.append(current)
+        elif os.path.exists(current):
+            os.unlink(current)
+            restored.append(f"{current} (removed)")
     return restored
 
 
@@ -264,6 +294,10 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
             journal = host.journal(current["unit"], params["journal_lines"], since=started - 1)
             outcomes = {instance["name"]: roll_back(host, instance, params) for instance in batch if instance["name"] not in done}
             untouched = [instance["name"] for instance in instances[start + size :]]
+            # Their processes still run the last verified files: put those back on disk too, so a crash does not
+            # restart them into an unverified configuration. The next deploy writes and rolls them again.
+            if any([restore(instance, params) for instance in instances[start + size :]]):
+                host.systemctl("daemon-reload")
             return {
                 "restarted": done,
                 "failed": current["name"],
@@ -277,27 +311,60 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
 
 
 class Router:
-    """The host's sglang-router: workers leave rotation before a restart and rejoin after verification."""
+    """The host's sglang-router: workers leave rotation before a restart and rejoin after verification.
 
-    def __init__(self, url: str, api_key: str = "", timeout: float = 120.0) -> None:
-        self.url, self.api_key, self.timeout = url, api_key, timeout
+    `api_key` is the key the running router accepts on /workers; `worker_api_key` the key the workers now expect
+    (they differ while a key rotation rolls: the router is restarted with the new key after its workers).
+    """
+
+    def __init__(self, url: str, api_key: str = "", worker_api_key: str = "", timeout: float = 120.0) -> None:
+        self.url, self.api_key, self.worker_api_key, self.timeout = url, api_key, worker_api_key, timeout
 
     def remove(self, worker_url: str) -> None:
         sglang_router_client.remove_worker(self.url, worker_url, timeout=30, api_key=self.api_key)
 
     def add(self, worker_url: str) -> None:
         sglang_router_client.add_worker(
-            self.url, worker_url, timeout=self.timeout, api_key=self.api_key, worker_api_key=self.api_key, replace=True
+            self.url, worker_url, timeout=self.timeout, api_key=self.api_key, worker_api_key=self.worker_api_key, replace=True
         )
 
 
-def router_for(url: str, api_key: str) -> Router | None:
-    """The router at `url`, or None when it does not answer (not deployed yet: nothing to take out of rotation)."""
-    try:
-        sglang_router_client.list_workers(url, api_key=api_key)
-    except sglang_router_client.RouterError:
+def running_key(unit: str, proc: str = "/proc") -> str | None:
+    """SGLANG_API_KEY of the unit's running main process ("" without one), or None when it does not run."""
+    shown = subprocess.run(["systemctl", "show", "--property=MainPID", "--value", unit], capture_output=True, text=True)
+    pid = shown.stdout.strip()
+    if not pid.isdigit() or pid == "0":
         return None
-    return Router(url, api_key)
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as handle:
+            entries = handle.read().split(b"\0")
+    except OSError:
+        return None
+    for entry in entries:
+        if entry.startswith(b"SGLANG_API_KEY="):
+            return entry.split(b"=", 1)[1].decode()
+    return ""
+
+
+def router_for(url: str, api_key: str, router_key: str | None = None) -> Router | None:
+    """The router at `url`, or None when nothing answers there (not deployed yet: nothing to take out of rotation).
+
+    A router that answers but refuses the key (401/403, e.g. during a key rotation) is an error: it still routes
+    to the workers, so skipping the drain would cut requests.
+    """
+    control_key = api_key if router_key is None else router_key
+    try:
+        sglang_router_client.list_workers(url, api_key=control_key)
+    except sglang_router_client.RouterError as error:
+        if error.status in (401, 403):
+            raise RolloutError(
+                f"the router at {url} refuses the key (HTTP {error.status}); it would keep routing to workers that "
+                "restart: restart the router with the new key first (deploy updates it when sglang_api_key changes)"
+            ) from error
+        if error.status is not None:
+            raise RolloutError(f"the router at {url} answered HTTP {error.status}: {error}") from error
+        return None
+    return Router(url, control_key, api_key)
 
 
 def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:
@@ -320,7 +387,9 @@ def main() -> None:
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "env_dir": {"type": "path", "default": "/etc/sglang-fleet"},
             "last_good_dir": {"type": "path", "default": "/etc/sglang-fleet/last-good"},
+            "secrets_dir": {"type": "path", "default": ""},
             "router_url": {"type": "str", "default": ""},
+            "router_unit": {"type": "str", "default": "sglang-router.service"},
             "drain_timeout": {"type": "float", "default": 60.0},
             "timeout": {"type": "int", "default": 900},
             "interval": {"type": "float", "default": 2.0},
@@ -335,10 +404,15 @@ def main() -> None:
     names = [instance["name"] for instance in params["instances"]]
     if module.check_mode or not names:
         module.exit_json(changed=bool(names), restarted={}, would_restart=names)
-    host = Host(
-        get_json=functools.partial(http_json, api_key=params["api_key"]),
-        router=router_for(params["router_url"], params["api_key"]) if params["router_url"] else None,
-    )
+    try:
+        router = (
+            router_for(params["router_url"], params["api_key"], running_key(params["router_unit"]))
+            if params["router_url"]
+            else None
+        )
+    except RolloutError as error:
+        module.fail_json(msg=f"Rollout not started: {error}", changed=False, restarted={}, not_attempted=names)
+    host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), router=router)
     result = rollout(host, params["instances"], params)
     if "failed" in result:
         rollback = "; ".join(f"{name}: {outcome}" for name, outcome in result["rollback"].items())

@@ -185,6 +185,45 @@ class DeprecatedStoreConst(argparse.Action):
         setattr(namespace, self.dest, self.const_value)
 
 
+class DeprecatedAliasStore(argparse.Action):
+    """A deprecated spelling of another flag (0.5.17's ``DeprecatedAliasStoreAction``): stores, warns."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        self.new_flag: str | None = kwargs.pop("new_flag", None)
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        _deprecation_warning(option_string, self.new_flag)
+        setattr(namespace, self.dest, values)
+
+
+class Deprecated(argparse.Action):
+    """A flag that does nothing any more but warn (0.5.17's ``DeprecatedAction``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("nargs", 0)
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        message = (
+            f"The command line argument '{option_string}' is deprecated "
+            "and will be removed in future versions."
+        )
+        print(f"{_YELLOW}{message}{_RESET}", file=sys.stderr)
+
+
 class LoraPaths(argparse.Action):
     """``--lora-paths``: plain paths, or JSON objects with lora_name/lora_path."""
 
@@ -266,7 +305,9 @@ def _positive_forms(flag: Flag) -> list[str]:
 
 def _add(parser: argparse.ArgumentParser, flag: Flag, facts: Facts) -> None:
     names = list(flag.option_strings)
-    common: dict[str, Any] = {"dest": flag.dest, "default": flag.default}
+    # argparse.SUPPRESS is recorded as its text; argparse compares it by identity.
+    default = argparse.SUPPRESS if flag.default == argparse.SUPPRESS else flag.default
+    common: dict[str, Any] = {"dest": flag.dest, "default": default}
     kind = flag.action
     if kind == "help":
         return
@@ -292,6 +333,18 @@ def _add(parser: argparse.ArgumentParser, flag: Flag, facts: Facts) -> None:
             nargs=flag.nargs,
             **common,
         )
+    elif kind == "deprecated":
+        parser.add_argument(*names, action=Deprecated, nargs=flag.nargs, **common)
+    elif kind == "deprecated_alias_store":
+        alias: dict[str, Any] = {"new_flag": flag.deprecated_use_instead}
+        if flag.nargs is not None:
+            alias["nargs"] = flag.nargs
+        if flag.choices is not None:
+            alias["choices"] = list(flag.choices)
+        converter = _converter(flag.type, facts)
+        if converter is not None:
+            alias["type"] = converter
+        parser.add_argument(*names, action=DeprecatedAliasStore, **common, **alias)
     elif kind == "lora_paths":
         parser.add_argument(*names, action=LoraPaths, nargs=flag.nargs, type=str, **common)
     else:  # store, append and plugin store subclasses

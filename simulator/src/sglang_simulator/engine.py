@@ -91,7 +91,9 @@ class Engine:
         num_draft_tokens: int | None,
         decode_log_interval: int,
         log: logging.LoggerAdapter[logging.Logger],
+        cuda_graph: bool = True,
     ) -> None:
+        self.cuda_graph = cuda_graph
         self.token_seconds = token_seconds
         self.eos_token_id = eos_token_id
         self.accept_length = accept_length
@@ -136,7 +138,7 @@ class Engine:
             gap = max(now - self._interval_start, 1e-9)
             c.last_gen_throughput = self._interval_tokens / gap
             self._interval_tokens, self._interval_start = 0, now
-            msg = f"Decode batch, #running-req: {c.running}, "
+            msg = f"Decode batch, #running-req: {c.running}, #token: {c.running * 256}, token usage: 0.00, "
             if self.accept_length is not None and c.spec_forward_ct > 0:
                 accept = c.spec_accept_tokens / c.spec_forward_ct
                 drafts = (self.num_draft_tokens or 2) - 1
@@ -147,7 +149,7 @@ class Engine:
                 c.spec_accept_tokens = c.spec_forward_ct = 0
                 msg += f"accept len: {accept:.2f}, accept rate: {rate:.2f}, "
             msg += (
-                f"cuda graph: True, gen throughput (token/s): {c.last_gen_throughput:.2f}, "
+                f"cuda graph: {self.cuda_graph}, gen throughput (token/s): {c.last_gen_throughput:.2f}, "
                 f"#queue-req: {c.queued}"
             )
         self.log.info(msg)

@@ -8,11 +8,39 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+# The newest release with a table in data/: what the simulator stands in for by default.
 SGLANG_VERSION = "0.5.23"
+# Selects another release whose table is in data/ (sglang-fleet sets it to the host's sglang_version).
+VERSION_ENV = "SGLANG_SIM_VERSION"
+
+
+def available_releases() -> list[str]:
+    """Every release with a ``data/sglang-<version>.json`` table, oldest first."""
+    names = [entry.name for entry in resources.files("sglang_simulator").joinpath("data").iterdir()]
+    versions = [
+        n[len("sglang-") : -len(".json")] for n in names if n.startswith("sglang-") and n.endswith(".json")
+    ]
+    return sorted(versions, key=lambda v: tuple(int(p) if p.isdigit() else -1 for p in v.split(".")))
+
+
+def release(env: Mapping[str, str] | None = None) -> str:
+    """The SGLang release the simulator stands in for: ``$SGLANG_SIM_VERSION``, default the newest table.
+
+    The one place the release is chosen; everything that loads facts asks here.
+    """
+    chosen = (os.environ if env is None else env).get(VERSION_ENV, "").strip() or SGLANG_VERSION
+    if chosen not in available_releases():
+        raise ValueError(
+            f"{VERSION_ENV}={chosen}: the simulator has no table of SGLang {chosen} "
+            f"(it knows {', '.join(available_releases())})"
+        )
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -76,9 +104,13 @@ def _flag(raw: dict[str, Any]) -> Flag:
     )
 
 
+def load_facts(version: str | None = None) -> Facts:
+    """Load ``data/sglang-<version>.json`` shipped inside the package (default: :func:`release`)."""
+    return _load_facts(version or release())
+
+
 @functools.cache
-def load_facts(version: str = SGLANG_VERSION) -> Facts:
-    """Load ``data/sglang-<version>.json`` shipped inside the package."""
+def _load_facts(version: str) -> Facts:
     text = (
         resources.files("sglang_simulator")
         .joinpath("data")

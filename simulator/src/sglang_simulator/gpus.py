@@ -18,6 +18,7 @@ reads these files and ignores those whose process is gone.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class Gpu:
     memory_total_mib: int
     uuid: str
     pci_bus_id: str
+    minor_number: int
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ class Inventory:
     driver_version: str
     cuda_version: str
     gpus: tuple[Gpu, ...]
+    # Where the GPUs' device nodes are (``"/dev"`` on test hosts, which have stand-in nodes that systemd's
+    # device policy governs); None: no nodes are modelled and every GPU can be opened.
+    device_dir: str | None = None
 
     def min_memory_mib(self) -> int | None:
         """What SGLang sizes memory from: the smallest GPU on the host.
@@ -64,6 +69,7 @@ def _gpu(raw: Any, position: int) -> Gpu:
             memory_total_mib=int(raw["memory_total_mib"]),
             uuid=str(raw.get("uuid") or f"GPU-00000000-0000-0000-0000-{index:012d}"),
             pci_bus_id=str(raw.get("pci_bus_id") or f"00000000:{0x18 + 0x10 * index:02X}:00.0"),
+            minor_number=int(raw.get("minor_number", index)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise GpuError(f"gpus[{position}] is invalid: {exc!r}") from None
@@ -83,27 +89,62 @@ def load_inventory(path: Path) -> Inventory:
         driver_version=str(raw.get("driver_version", "580.95.05")),
         cuda_version=str(raw.get("cuda_version", "13.0")),
         gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+        device_dir=str(raw["device_dir"]) if raw.get("device_dir") else None,
     )
+
+
+# The driver's shared nodes every CUDA process opens besides its GPUs' own /dev/nvidia<minor>.
+SHARED_DEVICE_NODES = ("nvidiactl", "nvidia-uvm")
+
+
+def device_openable(path: str) -> bool:
+    """Whether this process may open a device node, as CUDA does.
+
+    A stand-in node has no driver behind it: opening it fails with ENXIO/ENODEV once the device cgroup
+    let the call through, and with EPERM when the cgroup (systemd's DevicePolicy=closed) refuses it.
+    """
+    try:
+        handle = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as error:
+        return error.errno in (errno.ENXIO, errno.ENODEV)
+    os.close(handle)
+    return True
+
+
+def accessible_gpus(inventory: Inventory) -> list[Gpu]:
+    """The GPUs a CUDA process can use: inside a device cgroup only those whose nodes it may open.
+
+    Without ``/dev/nvidiactl`` and ``/dev/nvidia-uvm`` CUDA initialises no GPU at all.
+    """
+    if inventory.device_dir is None:
+        return list(inventory.gpus)
+    if not all(device_openable(f"{inventory.device_dir}/{node}") for node in SHARED_DEVICE_NODES):
+        return []
+    return [g for g in inventory.gpus if device_openable(f"{inventory.device_dir}/nvidia{g.minor_number}")]
 
 
 def visible_gpus(inventory: Inventory, cuda_visible_devices: str | None) -> list[Gpu]:
     """The devices a CUDA process sees, in CUDA ordinal order.
 
-    Like the CUDA runtime: unset means every GPU; entries are indexes or
+    Like the CUDA runtime: only the GPUs the process may open count (under a
+    device cgroup, e.g. a unit's ``DevicePolicy=closed``), numbered from 0 in
+    PCI bus order; unset means all of them; entries are those ordinals or
     (prefixes of) UUIDs; enumeration stops at the first entry that names no
     GPU or repeats one, so ``CUDA_VISIBLE_DEVICES=0,7,1`` on a 4-GPU host
-    exposes only GPU 0.
+    exposes only GPU 0, and ``CUDA_VISIBLE_DEVICES=3`` in a unit allowed only
+    ``/dev/nvidia3`` exposes none.
     """
+    usable = accessible_gpus(inventory)
     if cuda_visible_devices is None:
-        return list(inventory.gpus)
+        return usable
     out: list[Gpu] = []
     for entry in cuda_visible_devices.split(","):
         token = entry.strip()
         match: Gpu | None = None
         if token.isdigit():
-            match = next((g for g in inventory.gpus if g.index == int(token)), None)
+            match = usable[int(token)] if int(token) < len(usable) else None
         elif token.startswith("GPU-"):
-            found = [g for g in inventory.gpus if g.uuid.startswith(token)]
+            found = [g for g in usable if g.uuid.startswith(token)]
             match = found[0] if len(found) == 1 else None
         if match is None or match in out:
             break

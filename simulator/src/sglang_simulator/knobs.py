@@ -61,6 +61,7 @@ class Knobs:
     accept_length: float | None = None
     token_seconds: float = 0.001
     health_seconds: float = 1.0
+    stop_seconds: float = 6.0
     gpus_file: Path = Path(DEFAULT_GPUS_FILE)
     state_dir: Path = Path(DEFAULT_STATE_DIR)
 
@@ -77,6 +78,7 @@ class Knobs:
             accept_length=_optional_float(env, "SGLANG_SIM_ACCEPT_LENGTH", 1.0),
             token_seconds=_float(env, "SGLANG_SIM_TOKEN_SECONDS", 0.001),
             health_seconds=_float(env, "SGLANG_SIM_HEALTH_SECONDS", 1.0),
+            stop_seconds=_float(env, "SGLANG_SIM_STOP_SECONDS", 6.0),
             gpus_file=Path(env.get("SGLANG_SIM_GPUS_FILE") or DEFAULT_GPUS_FILE),
             state_dir=Path(env.get("SGLANG_SIM_STATE_DIR") or DEFAULT_STATE_DIR),
         )

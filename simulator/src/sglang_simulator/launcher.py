@@ -7,7 +7,15 @@ Phases, as in real SGLang:
    (recorded for the nvidia-smi stand-in) but nothing listens yet;
 3. listen on --host/--port and "warm up" for ``SGLANG_SIM_WARMUP_SECONDS``:
    /health and /health_generate answer 503;
-4. ready until SIGTERM (exit 0) or a rehearsed crash (exit 1).
+4. ready until SIGTERM or a rehearsed crash.
+
+Like real SGLang (recorded on 0.5.17, same code path read in 0.5.23), a
+server stopped with SIGTERM once it is up, or whose scheduler fails, ends by
+SIGKILLing itself (``kill_process_tree``): its exit status is -9.  SIGTERM
+(systemd's control-group stop, or a process-group kill) also reaches the
+scheduler child, whose death the subprocess watchdog reports as a crash; the
+SIGQUIT handler then sleeps 5 s "before crash diagnostics" and kills the tree,
+about 6 s after the SIGTERM (``SGLANG_SIM_STOP_SECONDS``).
 """
 
 from __future__ import annotations
@@ -42,9 +50,20 @@ def _graph_phases(value: float = 0.0) -> dict[str, float]:
     return dict.fromkeys(keys, value)
 
 
+def _scheduler_exception(log: LogAdapter, message: str) -> None:
+    """``Scheduler hit an exception: <traceback>``; the exception ends the traceback on a line of its own."""
+    log.error("Scheduler hit an exception: Traceback (most recent call last):")
+    sys.stderr.write(
+        '  File "sglang/srt/managers/scheduler.py", in run_scheduler_process\n'
+        "    scheduler = Scheduler(\n"
+        f"{message}\n"
+    )
+    sys.stderr.flush()
+
+
 def _report(log: LogAdapter, exc: StartupError, *, scheduler: bool) -> None:
     if scheduler:
-        log.error("Scheduler hit an exception: %s", exc)
+        _scheduler_exception(log, str(exc))
     else:
         log.error("%s", exc)
     for line in exc.details:
@@ -78,10 +97,12 @@ class Launch:
         self.sched_log = logs.main_logger()
         self.server: SimHTTPServer | None = None
         self.load_seconds = 0.0
+        self.stop_signal: int | None = None
 
     # -- helpers -------------------------------------------------------------
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_signal = signum
         self.stop.set()
 
     def _wait(self, seconds: float | None) -> bool:
@@ -113,11 +134,34 @@ class Launch:
         with contextlib.suppress(OSError):
             gpus.remove_usage(self.knobs.state_dir, self.pid)
 
-    def _crash(self, message: str) -> int:
-        self.sched_log.error("Scheduler hit an exception: %s", message)
-        self.log.error("Received sigquit from a child process. It usually means the child failed.")
+    def _kill_tree(self) -> int:
+        """``kill_process_tree(os.getpid())``: SGLang SIGKILLs its own process tree, itself included."""
+        self.log.info(
+            "kill_process_tree called: parent_pid=%d, include_parent=True, pid=%d", self.pid, self.pid
+        )
         self._cleanup()
-        return 1
+        logging.shutdown()
+        os.kill(os.getpid(), signal.SIGKILL)
+        return -int(signal.SIGKILL)  # not reached
+
+    def _launch_failed(self) -> int:
+        """A scheduler exception while starting: the launch-phase SIGQUIT handler kills the tree."""
+        self.log.error("Received sigquit from a child process. It usually means the child failed.")
+        return self._kill_tree()
+
+    def _crash_diagnostics(self) -> None:
+        """``dump_requests_before_crash`` of the running phase (py-spy/coredump dumps are on by default)."""
+        self.log.info("Sleeping 5 seconds before crash diagnostics to let GPU activity settle.")
+        time.sleep(self.knobs.stop_seconds * 5 / 6)
+        self.log.error("No live scheduler processes found; skipping py-spy and CUDA coredump.")
+
+    def _crash(self, message: str, *, running: bool = False) -> int:
+        _scheduler_exception(self.sched_log, message)
+        if not running:
+            return self._launch_failed()
+        self.log.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        self._crash_diagnostics()
+        return self._kill_tree()
 
     # -- phases --------------------------------------------------------------
 
@@ -136,8 +180,7 @@ class Launch:
             plan = place_launch(resolved, self.knobs, self.env, self.facts, self.sched_log)
         except StartupError as exc:
             _report(self.sched_log, exc, scheduler=True)
-            self.log.error("Received sigquit from a child process. It usually means the child failed.")
-            return 1
+            return self._launch_failed()
         status = self._load(plan)
         if status is not None:
             return status
@@ -160,12 +203,10 @@ class Launch:
         if self._wait(knobs.load_seconds):
             self._cleanup()
             return 0
-        if plan.memory_error is not None:
-            _report(log, plan.memory_error, scheduler=True)
-            self.log.error("Received sigquit from a child process. It usually means the child failed.")
-            self._cleanup()
-            return 1
         elapsed = time.monotonic() - start
+        if plan.memory_error is not None and "out of memory" in str(plan.memory_error).lower():
+            _report(log, plan.memory_error, scheduler=True)  # the weights themselves do not fit
+            return self._launch_failed()
         log.info(
             "Load weight end. elapsed=%.2f s, type=%s, avail mem=%.2f GB, mem usage=%.2f GB.",
             elapsed,
@@ -173,13 +214,25 @@ class Launch:
             (plan.free_mib - plan.weights_per_gpu_mib) / 1024,
             plan.weights_per_gpu_mib / 1024,
         )
-        log.info("KV Cache is allocated. #tokens: %d", plan.max_total_num_tokens)
+        if plan.memory_error is not None:
+            # Real SGLang sizes the KV cache right after "Load weight end" and fails there.
+            _report(log, plan.memory_error, scheduler=True)
+            return self._launch_failed()
+        kv_gib = max(0.0, plan.used_mib - 1024 - plan.weights_per_gpu_mib) / 1024
+        log.info(
+            "KV Cache is allocated. dtype: torch.bfloat16, #tokens: %d, K size: %.2f GB, V size: %.2f GB",
+            plan.max_total_num_tokens,
+            kv_gib / 2,
+            kv_gib / 2,
+        )
+        log.info("Memory pool end. avail mem=%.2f GB", (plan.free_mib - plan.used_mib + 1024) / 1024)
         self._record(plan, plan.used_mib)
         log.info(
-            "max_total_num_tokens=%d, chunked_prefill_size=%d, max_running_requests=%d, "
-            "context_len=%d, available_gpu_mem=%.2f GB",
+            "max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
+            "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
             plan.max_total_num_tokens,
             plan.memory.chunked_prefill_size,
+            int(plan.settings.get("max_prefill_tokens") or 16384),
             plan.max_running_requests,
             plan.context_length,
             (plan.free_mib - plan.used_mib) / 1024,
@@ -197,6 +250,9 @@ class Launch:
             num_draft_tokens=settings.get("speculative_num_draft_tokens"),
             decode_log_interval=int(settings.get("decode_log_interval") or 40),
             log=self.sched_log,
+            cuda_graph=not (
+                settings.get("disable_cuda_graph") or settings.get("cuda_graph_backend_decode") == "disabled"
+            ),
         )
         app = App(
             plan=plan,
@@ -211,6 +267,17 @@ class Launch:
                 "scheduler_e2e": round(self.load_seconds, 3),
                 "cuda_graph": _graph_phases(),
             },
+            version=self.facts.sglang_version,
+        )
+        timings = app.startup_time
+        self.log.info(
+            "Engine startup timings (s): load_weight=%.2f, kv_cache_allocation=%.2f, scheduler_e2e=%.2f, "
+            "cuda_graph={%s}, tokenizer_e2e=%.2f",
+            timings["load_weight"],
+            timings["kv_cache_allocation"],
+            timings["scheduler_e2e"],
+            ", ".join(f"{phase}=0.00" for phase in _graph_phases()),
+            timings["scheduler_e2e"],
         )
         host, port = str(settings["host"]), int(settings["port"])
         try:
@@ -225,6 +292,9 @@ class Launch:
             )
             self._cleanup()
             return 1
+        self.log.info("INFO:     Started server process [%d]", self.pid)
+        self.log.info("INFO:     Waiting for application startup.")
+        self.log.info("INFO:     Application startup complete.")
         threading.Thread(target=self.server.serve_forever, name="http", daemon=True).start()
         self.log.info("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)", host, port)
         if not settings.get("skip_server_warmup"):
@@ -238,7 +308,8 @@ class Launch:
                 app.status = Status.UNHEALTHY
                 return self._crash(
                     "RuntimeError: simulated crash "
-                    f"(SGLANG_SIM_DIE_AFTER_SECONDS={self.knobs.die_after_seconds:g})"
+                    f"(SGLANG_SIM_DIE_AFTER_SECONDS={self.knobs.die_after_seconds:g})",
+                    running=True,
                 )
         else:
             self._wait(None)
@@ -246,6 +317,20 @@ class Launch:
 
     def _shutdown(self, app: App) -> int:
         app.gracefully_exit = True
+        if self.stop_signal == signal.SIGTERM:
+            # SIGTERM reached the scheduler too: its death looks like a crash to the watchdog.
+            self.log.warning(
+                "SIGTERM received. signum=None frame=None. Draining requests and shutting down..."
+            )
+            time.sleep(self.knobs.stop_seconds / 12)
+            self.log.error(
+                "Subprocess scheduler_0 (pid=%d) crashed with exit code -15. "
+                "Triggering SIGQUIT for cleanup...",
+                self.pid,
+            )
+            self.log.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+            self._crash_diagnostics()
+            return self._kill_tree()
         self.log.info("INFO:     Shutting down")
         self._cleanup()
         self.log.info("INFO:     Finished server process [%d]", self.pid)

@@ -191,6 +191,9 @@ def resolve_speculative(
             )
         settings["speculative_num_steps"] = 1
         return
+    if name == "NGRAM":
+        _resolve_ngram(settings, log)
+        return
     if name not in EAGLE_FAMILY:
         return
 
@@ -230,6 +233,28 @@ def resolve_speculative(
             "when speculative_eagle_topk == 1"
         )
         settings["speculative_num_draft_tokens"] = steps + 1
+
+
+def _resolve_ngram(settings: dict[str, Any], log: logging.LoggerAdapter[logging.Logger]) -> None:
+    """``speculative_hook._handle_ngram`` (0.5.23; 0.5.17 answers the same, see tests/recordings/)."""
+    if settings.get("max_running_requests") is None:
+        settings["max_running_requests"] = SPEC_MAX_RUNNING_REQUESTS
+        log.warning(
+            "Max running requests is reset to 48 for speculative decoding. You can "
+            "override this by explicitly setting --max-running-requests."
+        )
+    settings["enable_mixed_chunk"] = False
+    topk = int(settings.get("speculative_ngram_max_bfs_breadth") or 10)
+    settings["speculative_eagle_topk"] = topk
+    if settings.get("speculative_num_draft_tokens") is None:
+        settings["speculative_num_draft_tokens"] = 12
+        log.warning(
+            "speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding. "
+            "You can override this by explicitly setting --speculative-num-draft-tokens."
+        )
+    if settings.get("speculative_num_steps") is None:
+        settings["speculative_num_steps"] = int(settings["speculative_num_draft_tokens"]) // topk
+    log.warning("The mixed chunked prefill are disabled because of using ngram speculative decoding.")
 
 
 def default_accept_length(settings: dict[str, Any]) -> float:

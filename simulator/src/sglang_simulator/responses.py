@@ -4,13 +4,70 @@
 
 from __future__ import annotations
 
+import datetime
 import time
+import zlib
 from typing import Any
 
 from .checks import Plan
 from .engine import Result
+from .facts import SGLANG_VERSION, release
 
-SGLANG_VERSION = "0.5.23"
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"0.5.17"`` -> ``(0, 5, 17)`` (non-numeric parts count as 0)."""
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
+
+
+def is_legacy(version: str) -> bool:
+    """Shapes recorded from real 0.5.17 that 0.5.23 no longer has (tests/recordings/)."""
+    return version_tuple(version) <= (0, 5, 17)
+
+
+_EMBEDDING_BCG_BATCH_SIZES = [
+    *range(4, 33, 4),
+    *range(48, 257, 16),
+    *range(288, 513, 32),
+    *range(576, 1025, 64),
+    *range(1280, 4097, 256),
+    *range(4608, 8193, 512),
+]
+
+
+def embedding_plan() -> dict[str, Any]:
+    """``model_info["embedding"]`` of a generative model (nothing enabled), as real SGLang answers."""
+    return {
+        "family": "none",
+        "task": "none",
+        "execution": "none",
+        "attention": "none",
+        "pooling": "model_defined",
+        "normalize": False,
+        "postprocessor": "none",
+        "tokenizer_special_tokens": "model_default",
+        "supports_dimensions": False,
+        "supports_token_embeddings": False,
+        "supports_multimodal": False,
+        "requires_embedding_flag": False,
+        "auto_enable_embedding": False,
+        "bcg_eligibility": "disabled",
+        "safe_disable_kv_cache": False,
+        "safe_disable_radix_cache": False,
+        "safe_disable_chunked_prefill": False,
+        "enabled": False,
+        "matryoshka_dimensions": [],
+        "bcg": {
+            "prefill_backend": "disabled",
+            "enabled": False,
+            "capture_token_budget": 8192,
+            "capture_batch_sizes": list(_EMBEDDING_BCG_BATCH_SIZES),
+        },
+        "cache": {
+            "kv_cache_disabled": False,
+            "radix_cache_disabled": False,
+            "chunked_prefill_disabled": False,
+        },
+    }
 
 
 def model_info(plan: Plan) -> dict[str, Any]:
@@ -30,10 +87,11 @@ def model_info(plan: Plan) -> dict[str, Any]:
         "has_audio_understanding": isinstance(plan.model.config.get("audio_config"), dict),
         "model_type": plan.model.model_type,
         "architectures": list(plan.model.architectures) or None,
+        "embedding": embedding_plan(),
     }
 
 
-def _memory_usage(plan: Plan) -> dict[str, Any]:
+def memory_usage(plan: Plan) -> dict[str, Any]:
     gib = 1024.0
     kv = plan.free_mib * plan.memory.mem_fraction_static - plan.weights_per_gpu_mib
     return {
@@ -42,13 +100,64 @@ def _memory_usage(plan: Plan) -> dict[str, Any]:
         "startup_available": round(plan.free_mib / gib, 3),
         "token_capacity": plan.max_total_num_tokens,
         "token_capacity_swa": None,
-        "graph": {"decode": round(plan.memory.decode_max_bs * 2 / gib, 3)},
+        "graph": {
+            phase: round(plan.memory.decode_max_bs * 2 / gib, 3) if phase == "decode" else 0.0
+            for phase in (
+                "prefill",
+                "decode",
+                "target_verify",
+                "draft_prefill",
+                "draft_decode",
+                "draft_extend",
+            )
+        },
+    }
+
+
+def _cuda_graph_phase(plan: Plan, phase: str, max_bs: int) -> dict[str, Any]:
+    s = plan.settings
+    off = s.get("disable_cuda_graph") or s.get(f"disable_{phase}_cuda_graph")
+    backend = s.get(f"cuda_graph_backend_{phase}") or ("disabled" if off else "full")
+    sizes = (
+        [1, 2, 4, 8, *range(12, 33, 4), *range(40, 257, 8)]
+        if phase == "decode"
+        else list(_EMBEDDING_BCG_BATCH_SIZES)
+    )
+    return {
+        "backend": backend,
+        "max_bs": max_bs,
+        "bs": [size for size in sizes if size <= max_bs],
+        "tc_compiler": "eager",
+        "full_prefill_max_req": None,
+        "full_prefill_prefix_chunk_tokens": None,
+    }
+
+
+def _always_resolved(plan: Plan) -> dict[str, Any]:
+    """Fields real SGLang always resolves (recorded from 0.5.17), which the simulator would leave None."""
+    s = plan.settings
+    return {
+        "device": "cuda",
+        "page_size": 1,
+        "random_seed": zlib.crc32(f"{s.get('host')}:{s.get('port')}".encode()) % (1 << 30),
+        "custom_weight_loader": [],
+        "expert_distribution_recorder_buffer_size": 1000,
+        "mm_feature_transport": "cuda_ipc",
+        "mm_process_config": {},
+        "speculative_moe_runner_backend": "auto",
+        "cuda_graph_config": {
+            "decode": _cuda_graph_phase(plan, "decode", max(1, plan.memory.decode_max_bs)),
+            "prefill": _cuda_graph_phase(plan, "prefill", max(1, plan.memory.chunked_prefill_size)),
+        },
     }
 
 
 def resolved_dict(plan: Plan) -> dict[str, Any]:
     out = dict(plan.settings)
     out["enable_dp_attention"] = int(out.get("attn_dp_size") or 1) > 1
+    for key, value in _always_resolved(plan).items():
+        if key in out and out[key] is None:
+            out[key] = value
     return out
 
 
@@ -59,17 +168,42 @@ def server_info(
     startup_time: dict[str, Any],
     last_gen_throughput: float,
     avg_spec_accept_length: float | None,
+    version: str | None = None,
 ) -> dict[str, Any]:
-    """``GET /server_info``: resolved fields, scheduler info, live state."""
+    """``GET /server_info``: resolved fields, scheduler info, live state.
+
+    ``internal_states[0]`` is the scheduler's ``vars(server_args)``: the fields plus the private
+    bookkeeping attributes real SGLang leaks there (recorded from 0.5.17), the startup timings
+    without ``tokenizer_e2e``, and ``avg_spec_accept_length`` only after the first decode-log window.
+    """
+    version = version or release()
     max_req_input_len = max(1, min(plan.context_length, plan.max_total_num_tokens) - 1)
     state = resolved_dict(plan)
+    state.pop("custom_sigquit_handler", None)  # top level only
+    if state.get("pp_max_micro_batch_size") is None:
+        state["pp_max_micro_batch_size"] = plan.max_running_requests  # the scheduler's copy is resolved
+    state.update(
+        {
+            "_resolved_overrides": [
+                ["_page_size_default", {"page_size": plan.settings.get("page_size") or 1}],
+                ["_data_parallelism_defaults", {"enable_dp_attention": False, "enable_dp_lm_head": False}],
+                ["_speculative_moe_runner_default", {"speculative_moe_runner_backend": "auto"}],
+            ],
+            "grpc_worker_threads": plan.settings.get("grpc_worker_threads") or 4,
+            "_quantization_explicitly_unset": False,
+            "_cuda_graph_config_locked": [["prefill", "backend"], ["decode", "backend"]],
+            "max_speculative_num_draft_tokens": plan.settings.get("speculative_num_draft_tokens"),
+        }
+    )
+    if is_legacy(version):
+        state.update({"_declarations_materialized": True, "_mx_config_cache": {}})
     state.update(
         {
             "world_size": plan.world_size,
             "startup_time": startup_time,
             "effective_max_running_requests_per_dp": plan.max_running_requests,
             "last_gen_throughput": last_gen_throughput,
-            "memory_usage": _memory_usage(plan),
+            "memory_usage": memory_usage(plan),
         }
     )
     if avg_spec_accept_length is not None:
@@ -81,14 +215,18 @@ def server_info(
             "status": "ready",
             "max_total_num_tokens": plan.max_total_num_tokens,
             "max_req_input_len": max_req_input_len,
-            "startup_time": startup_time,
+            "startup_time": {**startup_time, "tokenizer_e2e": startup_time.get("scheduler_e2e", 0.0)},
             "hicache_object_layout": None,
             "kv_events": None,
             "internal_states": [state],
-            "version": SGLANG_VERSION,
+            "version": version,
             "frontend": "python",
         }
     )
+    info.setdefault("custom_sigquit_handler", None)
+    if is_legacy(version):  # 0.5.17 has neither the launch command nor these two
+        for key in ("launch_command", "hicache_object_layout", "frontend"):
+            info.pop(key, None)
     return info
 
 
@@ -105,40 +243,142 @@ def model_card(name: str, context_length: int) -> dict[str, Any]:
 
 
 def generate_meta_info(
-    result: Result, *, weight_version: str, num_draft_tokens: int | None, speculative: bool
+    result: Result,
+    *,
+    weight_version: str,
+    num_draft_tokens: int | None,
+    speculative: bool,
+    version: str = SGLANG_VERSION,
 ) -> dict[str, Any]:
-    """``meta_info`` of ``/generate`` (tokenizer_manager)."""
+    """``meta_info`` of ``/generate`` (tokenizer_manager), keys in real SGLang's order."""
+    now_wall, now_mono = time.time(), time.monotonic()
+
+    def wall(mono: float) -> float:
+        return now_wall - (now_mono - mono)
+
     meta: dict[str, Any] = {
         "id": result.rid,
         "finish_reason": result.finish_reason,
         "prompt_tokens": result.prompt_tokens,
         "weight_version": weight_version,
         "num_retractions": 0,
+        "forward_entry_time": wall(result.started),
+        "prefill_finished_time": wall(result.started),
+        "queue_time": 0.0,
         "reasoning_tokens": 0,
         "completion_tokens": result.completion_tokens,
         "cached_tokens": 0,
+        "cached_tokens_details": None,  # a {"device", "host"} mapping once tokens come from the prefix cache
+        "dp_rank": None,
     }
-    if result.finish_reason is not None:
-        meta["e2e_latency"] = max(0.0, result.finished - result.started)
-        if speculative and result.verify_ct > 0:
-            proposed = result.verify_ct * max(1, (num_draft_tokens or 2) - 1)
-            correct = max(0, result.completion_tokens - result.verify_ct)
-            meta["spec_accept_rate"] = correct / proposed
-            meta["spec_accept_length"] = result.completion_tokens / result.verify_ct
-            meta["spec_num_correct_drafts"] = correct
-            meta["spec_num_proposed_drafts"] = proposed
-            meta["spec_verify_ct"] = result.verify_ct
+    if result.finish_reason is None:
+        return meta
+    meta["e2e_latency"] = max(0.0, result.finished - result.started)
+    if speculative and result.verify_ct > 0:
+        drafts = max(1, (num_draft_tokens or 2) - 1)
+        proposed = result.verify_ct * drafts
+        correct = max(0, result.completion_tokens - result.verify_ct)
+        meta["spec_accept_rate"] = correct / proposed
+        meta["spec_accept_length"] = result.completion_tokens / result.verify_ct
+        meta["spec_num_correct_drafts"] = correct
+        meta["spec_num_proposed_drafts"] = proposed
+        meta["spec_verify_ct"] = result.verify_ct
+        if is_legacy(version):
+            meta["spec_accepted_drafts"] = correct
+            meta["spec_proposed_drafts"] = proposed
+        histogram = [0] * (drafts + 1)
+        per_step = min(drafts, round(correct / result.verify_ct))
+        histogram[per_step] = result.verify_ct
+        meta["spec_correct_drafts_histogram"] = histogram
+        if is_legacy(version):
+            meta["spec_accept_histogram"] = list(histogram)
+    elapsed = max(1e-9, result.finished - result.started)
+    meta.update(
+        {
+            "request_received_ts": wall(result.started),
+            "api_server_dispatch_finish_ts": wall(result.started),
+            "request_finished_ts": wall(result.finished),
+            "decode_throughput": result.completion_tokens / elapsed,
+            "response_sent_to_client_ts": now_wall,
+        }
+    )
     return meta
 
 
-def usage(result: Result, prompt_tokens: int) -> dict[str, Any]:
-    return {
+def usage(result: Result, prompt_tokens: int, version: str = SGLANG_VERSION) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + result.completion_tokens,
         "completion_tokens": result.completion_tokens,
         "prompt_tokens_details": None,
         "reasoning_tokens": 0,
-        "completion_tokens_details": None,
+    }
+    if not is_legacy(version):
+        out["completion_tokens_details"] = None
+    return out
+
+
+def get_load(running: int, queued: int) -> list[dict[str, Any]]:
+    """``GET /get_load`` (0.5.17; deprecated there, gone in 0.5.23)."""
+    return [
+        {
+            "dp_rank": 0,
+            "num_reqs": running + queued,
+            "num_waiting_reqs": queued,
+            "num_tokens": 0,
+            "num_pending_tokens": 0,
+            "ts_tic": time.monotonic(),
+        }
+    ]
+
+
+def loads(plan: Plan, *, version: str, running: int, queued: int, gen_throughput: float) -> dict[str, Any]:
+    """``GET /v1/loads`` (``srt/entrypoints/v1_loads.py``), one DP rank."""
+    usage_info = memory_usage(plan)
+    tokens = plan.max_total_num_tokens
+    load = {
+        "timestamp": time.time(),
+        "dp_rank": 0,
+        "num_running_reqs": running,
+        "num_waiting_reqs": queued,
+        "num_waiting_uncached_tokens": 0,
+        "num_used_tokens": 0,
+        "num_total_tokens": 0,
+        "num_active_tokens": 0,
+        "max_total_num_tokens": tokens,
+        "max_running_requests": plan.max_running_requests,
+        "token_usage": 0.0,
+        "gen_throughput": gen_throughput,
+        "cache_hit_rate": 0.0,
+        "utilization": 0.0,
+        "total_prefill_uncached_tokens": 0,
+        "total_prefill_busy_us": 0,
+        "decode_moments": [0.0] * 6,
+        "memory": {
+            "weight_gb": usage_info["weight"],
+            "kv_cache_gb": usage_info["kvcache"],
+            "graph_gb": 0.0,
+            "token_capacity": tokens,
+        },
+        "disaggregation": {
+            "mode": "null",
+            "prefill_bootstrap_queue_reqs": 0,
+            "prefill_inflight_queue_reqs": 0,
+            "decode_prealloc_queue_reqs": 0,
+            "decode_transfer_queue_reqs": 0,
+            "decode_retracted_queue_reqs": 0,
+            "kv_transfer_speed_gb_s": 0.0,
+            "kv_transfer_latency_ms": 0.0,
+        },
+        "queues": {"waiting": queued, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0},
+    }
+    gpu = plan.gpus[0].name if plan.gpus else "NVIDIA GPU"
+    return {
+        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+        "version": version,
+        "accelerator": gpu,
+        "num_accelerators": max(1, len(plan.gpus) // max(1, int(plan.settings.get("dp_size") or 1))),
+        "loads": [load],
     }
 
 
@@ -151,9 +391,18 @@ def finish(result: Result) -> tuple[str | None, Any]:
 
 
 def chat_completion(
-    result: Result, *, model: str, created: int, prompt_tokens: int, weight_version: str
+    result: Result,
+    *,
+    model: str,
+    created: int,
+    prompt_tokens: int,
+    weight_version: str,
+    version: str = SGLANG_VERSION,
 ) -> dict[str, Any]:
     reason, matched = finish(result)
+    message: dict[str, Any] = {"role": "assistant", "content": result.text, "reasoning_content": None}
+    if is_legacy(version):
+        message["tool_calls"] = None  # 0.5.23's ChatMessage drops a None tool_calls
     return {
         "id": result.rid,
         "object": "chat.completion",
@@ -162,13 +411,13 @@ def chat_completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": result.text, "reasoning_content": None},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": reason,
                 "matched_stop": matched,
             }
         ],
-        "usage": usage(result, prompt_tokens),
+        "usage": usage(result, prompt_tokens, version),
         "metadata": {"weight_version": weight_version},
     }
 
@@ -206,19 +455,27 @@ def chat_chunk(
     }
 
 
-def chat_usage_chunk(result: Result, *, model: str, created: int, prompt_tokens: int) -> dict[str, Any]:
+def chat_usage_chunk(
+    result: Result, *, model: str, created: int, prompt_tokens: int, version: str = SGLANG_VERSION
+) -> dict[str, Any]:
     return {
         "id": result.rid,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
         "choices": [],
-        "usage": usage(result, prompt_tokens),
+        "usage": usage(result, prompt_tokens, version),
     }
 
 
 def completion(
-    result: Result, *, model: str, created: int, prompt_tokens: int, weight_version: str
+    result: Result,
+    *,
+    model: str,
+    created: int,
+    prompt_tokens: int,
+    weight_version: str,
+    version: str = SGLANG_VERSION,
 ) -> dict[str, Any]:
     reason, matched = finish(result)
     return {
@@ -235,7 +492,7 @@ def completion(
                 "matched_stop": matched,
             }
         ],
-        "usage": usage(result, prompt_tokens),
+        "usage": usage(result, prompt_tokens, version),
         "metadata": {"weight_version": weight_version},
     }
 

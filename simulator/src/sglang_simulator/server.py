@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +25,7 @@ from typing import Any
 from . import metrics, responses
 from .checks import Plan
 from .engine import Engine, Result, count_prompt_tokens
+from .facts import SGLANG_VERSION
 from .knobs import Knobs
 
 LogAdapter = logging.LoggerAdapter[logging.Logger]
@@ -57,6 +59,9 @@ class App:
     status: Status = Status.STARTING
     gracefully_exit: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    version: str = SGLANG_VERSION
+    http_requests: Counter[tuple[str, str]] = field(default_factory=Counter)
+    http_responses: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -113,12 +118,20 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # access lines are written by _access_log
 
+    def _endpoint(self) -> str:
+        path = self.path.split("?", 1)[0]
+        return "/v1/models/{model:path}" if path.startswith("/v1/models/") else path
+
     def _access_log(self, status: int) -> None:
+        with self.app.lock:
+            self.app.http_requests[(self._endpoint(), self.command)] += 1
+            self.app.http_responses[(self._endpoint(), self.command, str(status))] += 1
         excluded = self.app.settings.get("uvicorn_access_log_exclude_prefixes") or []
         if any(self.path.startswith(prefix) for prefix in excluded):
             return
         client = f"{self.client_address[0]}:{self.client_address[1]}"
-        self.app.log.info('INFO:     %s - "%s" %d', client, self.requestline, status)
+        phrase = self.responses.get(status, ("",))[0]
+        self.app.log.info('INFO:     %s - "%s" %d %s', client, self.requestline, status, phrase)
 
     def _send(
         self,
@@ -206,7 +219,10 @@ class Handler(BaseHTTPRequestHandler):
             "/generate": {"POST": self.generate, "PUT": self.generate},
             "/v1/chat/completions": {"POST": self.chat_completions},
             "/v1/completions": {"POST": self.completions},
+            "/v1/loads": {"GET": self.loads},
         }
+        if responses.is_legacy(self.app.version):
+            routes["/get_load"] = {"GET": self.get_load}  # gone in 0.5.23
         if self.app.settings.get("enable_metrics"):
             routes["/metrics"] = {"GET": self.metrics}
         return routes
@@ -310,6 +326,7 @@ class Handler(BaseHTTPRequestHandler):
                 startup_time=app.startup_time,
                 last_gen_throughput=app.engine.gen_throughput(),
                 avg_spec_accept_length=app.engine.avg_spec_accept_length(),
+                version=app.version,
             ),
         )
 
@@ -319,6 +336,27 @@ class Handler(BaseHTTPRequestHandler):
             "version. Please use '/server_info' instead."
         )
         self.server_info()
+
+    def get_load(self) -> None:
+        self.app.log.warning(
+            "Endpoint '/get_load' is deprecated and will be removed in a future "
+            "version. Please use '/v1/loads' instead."
+        )
+        c = self.app.engine.snapshot()
+        self._send_json(200, responses.get_load(c.running, c.queued))
+
+    def loads(self) -> None:
+        c = self.app.engine.snapshot()
+        self._send_json(
+            200,
+            responses.loads(
+                self.app.plan,
+                version=self.app.version,
+                running=c.running,
+                queued=c.queued,
+                gen_throughput=c.last_gen_throughput,
+            ),
+        )
 
     def models(self) -> None:
         card = responses.model_card(self.app.served_model_name, self.app.plan.context_length)
@@ -342,10 +380,31 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, responses.model_card(name, self.app.plan.context_length))
 
     def metrics(self) -> None:
+        app, plan = self.app, self.app.plan
+        memory = responses.memory_usage(plan)
+        with app.lock:
+            requests = dict(app.http_requests)
+            answered = dict(app.http_responses)
+        requests[("/metrics", "GET")] = requests.get(("/metrics", "GET"), 0) + 1
         text = metrics.render(
-            self.app.engine,
-            model_name=self.app.served_model_name,
-            max_total_num_tokens=self.app.plan.max_total_num_tokens,
+            app.engine,
+            model_name=app.served_model_name,
+            max_total_num_tokens=plan.max_total_num_tokens,
+            facts=metrics.ServerFacts(
+                model_name=app.served_model_name,
+                max_total_num_tokens=plan.max_total_num_tokens,
+                context_length=plan.context_length,
+                weight_gb=float(memory["weight"]),
+                kv_cache_gb=float(memory["kvcache"]),
+                startup_available_gb=float(memory["startup_available"]),
+                speculative_num_steps=int(app.settings.get("speculative_num_steps") or 0),
+                speculative_num_draft_tokens=int(app.settings.get("speculative_num_draft_tokens") or 0),
+                speculative=app.speculative,
+                startup_time={k: v for k, v in app.startup_time.items() if isinstance(v, (int, float))},
+                http_requests=requests,
+                http_responses=answered,
+                http_active={key: int(key == ("/metrics", "GET")) for key in requests},
+            ),
         )
         self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
@@ -369,6 +428,7 @@ class Handler(BaseHTTPRequestHandler):
             weight_version=str(self.app.settings.get("weight_version", "default")),
             num_draft_tokens=self.app.settings.get("speculative_num_draft_tokens"),
             speculative=self.app.speculative,
+            version=self.app.version,
         )
 
     def generate(self) -> None:
@@ -408,11 +468,16 @@ class Handler(BaseHTTPRequestHandler):
         incremental = bool(self.app.settings.get("incremental_streaming_output"))
 
         def chunks() -> Iterator[bytes]:
+            first = True
             for step, result in self.app.engine.generate(prompt, max_new, stream=True, rid=rid):
+                meta = self._meta(result)
+                if first:  # real SGLang stamps the first chunk (and the last) with the send time
+                    meta.setdefault("response_sent_to_client_ts", time.time())
+                    first = False
                 out = {
                     "text": step.text if incremental else result.text,
                     "output_ids": step.token_ids if incremental else list(result.output_ids),
-                    "meta_info": self._meta(result),
+                    "meta_info": meta,
                 }
                 yield b"data: " + _json_bytes(out) + b"\n\n"
             yield b"data: [DONE]\n\n"
@@ -442,6 +507,7 @@ class Handler(BaseHTTPRequestHandler):
                     created=created,
                     prompt_tokens=prompt_tokens,
                     weight_version=weight_version,
+                    version=self.app.version,
                 ),
             )
             return
@@ -471,7 +537,11 @@ class Handler(BaseHTTPRequestHandler):
                 if include_usage:
                     yield _sse(
                         responses.chat_usage_chunk(
-                            last, model=model, created=created, prompt_tokens=prompt_tokens
+                            last,
+                            model=model,
+                            created=created,
+                            prompt_tokens=prompt_tokens,
+                            version=self.app.version,
                         )
                     )
             yield b"data: [DONE]\n\n"
@@ -502,6 +572,7 @@ class Handler(BaseHTTPRequestHandler):
                     created=created,
                     prompt_tokens=prompt_tokens,
                     weight_version=weight_version,
+                    version=self.app.version,
                 ),
             )
             return

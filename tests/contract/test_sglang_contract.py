@@ -1,0 +1,326 @@
+"""The simulator against recordings of real SGLang (tests/recordings/*): same requests, same STRUCTURE.
+
+For each recording folder and each scenario in it (``http.<scenario>.json``), a simulator is started on
+127.0.0.1 with the recorded launch command (model paths replaced by a stand-in model, the GPU file shaped
+like the recording machine's, ``SGLANG_SIM_VERSION`` set to the recorded release when the simulator has
+its table) and sent the same requests. Compared: status codes, content types, empty vs non-empty bodies,
+JSON structure (structure.py states the rules), ``/server_info`` (every recorded key, ``internal_states[0]``
+too), every ``sglang:`` metric family with its label names, the health transitions while starting, the exit
+status after SIGTERM, the log lines in LOG_PATTERNS, and launches that fail by themselves.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .recordings import (
+    Failure,
+    FailureRun,
+    Recording,
+    Replay,
+    Scenario,
+    Workspace,
+    recordings,
+    replay,
+    run_failure,
+    strip_prefix,
+)
+from .structure import compare_json, compare_metrics, compare_sse, sse_events
+
+SCENARIOS = [scenario for recording in recordings() for scenario in recording.scenarios()]
+FAILURES = [failure for recording in recordings() for failure in recording.failures()]
+
+# JSON paths whose value real SGLang sets only in some states, so null is a right answer too.
+NULLABLE = (
+    "*.cached_tokens_details",  # null until tokens come from the prefix cache
+    "$[*].cached_tokens_details",
+)
+
+# Log lines that operators, the product's journal tails or the tests look for. When the pattern matches
+# the recorded log, it must match the simulator's log of the same scenario.
+LOG_PATTERNS = {
+    "server args": r"server_args=",
+    "load begin": r"Load weight begin\. avail mem=[\d.]+ GB",
+    "load end": r"Load weight end\. elapsed=[\d.]+ s, type=\w+, avail mem=[\d.]+ GB, mem usage=[\d.]+ GB\.",
+    "kv cache": r"KV Cache is allocated\. dtype: \S+, #tokens: \d+, K size: [\d.]+ GB, V size: [\d.]+ GB",
+    "memory pool": r"Memory pool end\. avail mem=[\d.]+ GB",
+    "sizes": r"max_total_num_tokens=\d+, chunked_prefill_size=\d+, max_prefill_tokens=\d+, "
+    r"max_running_requests=\d+, context_len=\d+, available_gpu_mem=[\d.]+ GB",
+    "startup timings": r"Engine startup timings \(s\): load_weight=[\d.]+, kv_cache_allocation=[\d.]+, "
+    r"scheduler_e2e=[\d.]+, cuda_graph=\{[^}]*\}, tokenizer_e2e=[\d.]+",
+    "uvicorn started": r"INFO:     Started server process \[\d+\]",
+    "uvicorn running": r"INFO:     Uvicorn running on http://\S+ \(Press CTRL\+C to quit\)",
+    "health 503 access line": r'INFO:     [\d.]+:\d+ - "GET /health HTTP/1\.1" 503 Service Unavailable',
+    "health 200 access line": r'INFO:     [\d.]+:\d+ - "GET /health HTTP/1\.1" 200 OK',
+    "fired up": r"The server is fired up and ready to roll!",
+    "decode batch": r"Decode batch, #running-req: \d+, #token: \d+, token usage: [\d.]+, "
+    r"(accept len: [\d.]+, accept rate: [\d.]+, )?cuda graph: \w+, gen throughput \(token/s\): [\d.]+, "
+    r"#queue-req: \d+",
+    "accept len": r"accept len: [\d.]+, accept rate: [\d.]+",
+    "spec max running": r"Max running requests is reset to 48 for speculative decoding",
+    "deprecated get_model_info": r"Endpoint '/get_model_info' is deprecated",
+    "deprecated get_server_info": r"Endpoint '/get_server_info' is deprecated",
+    "sigterm": r"SIGTERM received\. signum=None frame=None\. Draining requests and shutting down\.\.\.",
+    "crash diagnostics": r"Sleeping 5 seconds before crash diagnostics to let GPU activity settle\.",
+    "kill tree": r"kill_process_tree called: parent_pid=\d+, include_parent=True, pid=\d+",
+}
+
+
+@pytest.fixture(scope="module")
+def workspaces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Workspace]:
+    return {r.name: Workspace(tmp_path_factory.mktemp(r.name), r) for r in recordings()}
+
+
+_replays: dict[str, Replay] = {}
+
+
+@pytest.fixture(params=SCENARIOS, ids=[s.id for s in SCENARIOS])
+def replayed(request: pytest.FixtureRequest, workspaces: dict[str, Workspace]) -> Replay:
+    """The simulator's answers to one scenario (run once per test session)."""
+    scenario: Scenario = request.param
+    if scenario.id not in _replays:
+        _replays[scenario.id] = replay(scenario, workspaces[scenario.recording.name])
+    return _replays[scenario.id]
+
+
+def _report(what: str, diffs: list[str]) -> str:
+    return f"{what}: the simulator differs from real SGLang in {len(diffs)} place(s):\n  " + "\n  ".join(diffs)
+
+
+# -- the comparisons, as functions the tests below and the self-test share --------------------------------
+
+
+def http_differences(replayed: Replay) -> list[str]:
+    diffs: list[str] = []
+    for exchange, answer in replayed.answers:
+        where = f"{exchange.method} {exchange.path}"
+        if answer.status != exchange.status:
+            diffs.append(f"{where}: status {answer.status}, real SGLang {exchange.status}")
+            continue
+        if answer.media_type != exchange.media_type:
+            diffs.append(f"{where}: content type {answer.media_type}, real SGLang {exchange.media_type}")
+        if (not answer.body) != exchange.empty:
+            diffs.append(f"{where}: body {'empty' if not answer.body else 'not empty'}, real SGLang the opposite")
+        if exchange.stream is not None:
+            diffs += [f"{where}: {d}" for d in compare_sse(sse_events(exchange.stream), sse_events(answer.lines()), NULLABLE)]
+        elif exchange.json is not None and answer.media_type == "application/json":
+            diffs += [f"{where}: {d}" for d in compare_json(exchange.json, answer.json(), "$", NULLABLE)]
+    return diffs
+
+
+def server_info_differences(
+    recorded: dict[str, Any], simulated: dict[str, Any], simulated_version: str, recorded_version: str
+) -> list[str]:
+    """Structure differences; with the simulator at another release, recorded ServerArgs fields it lacks are
+    version gaps, not differences (they are checked once the simulator has the recorded release's table)."""
+    diffs = compare_json(recorded, simulated, "$", NULLABLE)
+    if simulated_version != recorded_version:
+        state_keys = set((recorded.get("internal_states") or [{}])[0])
+        gaps = {f"$.{key}: missing from the simulator's answer" for key in recorded if key in state_keys}
+        diffs = [d for d in diffs if d not in gaps]
+    return diffs
+
+
+# -- tests ---------------------------------------------------------------------------------------------
+
+
+def test_there_are_recordings() -> None:
+    assert SCENARIOS, "no recording under tests/recordings/ has an http.<scenario>.json"
+
+
+def test_http_answers_have_the_recorded_structure(replayed: Replay) -> None:
+    diffs = http_differences(replayed)
+    assert not diffs, _report(replayed.scenario.id, diffs)
+
+
+def test_server_info_has_every_recorded_field(replayed: Replay) -> None:
+    scenario = replayed.scenario
+    diffs: list[str] = []
+    for label, recorded_stages, answers in (
+        ("/server_info", scenario.server_info, replayed.server_info),
+        ("/get_server_info", scenario.get_server_info, replayed.get_server_info),
+    ):
+        for stage, recorded in recorded_stages.items():
+            answer = answers[stage]
+            if answer.status != recorded["status"]:
+                diffs.append(f"{label} ({stage or 'after'}): status {answer.status}, real SGLang {recorded['status']}")
+                continue
+            body = answer.json()
+            found = server_info_differences(recorded["body"], body, str(body.get("version")), scenario.recording.version)
+            diffs += [f"{label} ({stage or 'after'}) {d}" for d in found]
+    assert not diffs, _report(scenario.id, diffs)
+
+
+def test_avg_spec_accept_length_appears_like_real_sglang(replayed: Replay) -> None:
+    """Absent before the first decode-log window, present after it (when the recording shows both)."""
+    scenario = replayed.scenario
+    for stage, recorded in scenario.server_info.items():
+        if recorded.get("status") != 200:
+            continue
+        real = "avg_spec_accept_length" in recorded["body"]["internal_states"][0]
+        sim = "avg_spec_accept_length" in replayed.server_info[stage].json()["internal_states"][0]
+        assert sim == real, f"{scenario.id} ({stage or 'after'}): avg_spec_accept_length present={sim}, real SGLang {real}"
+
+
+def test_metrics_have_every_recorded_family_and_label(replayed: Replay) -> None:
+    diffs: list[str] = []
+    for stage, text in replayed.scenario.metrics.items():
+        diffs += [
+            f"metrics.{replayed.scenario.name}{'.' + stage if stage else ''}: {d}"
+            for d in compare_metrics(text, replayed.metrics[stage])
+        ]
+    assert not diffs, _report(replayed.scenario.id, diffs)
+
+
+def test_health_while_starting(replayed: Replay) -> None:
+    """Refused until HTTP binds, then 503 with an empty body during warmup, then 200 with an empty body."""
+    recorded = replayed.scenario.timeline.get("health_transitions")
+    if not recorded:
+        pytest.skip("the recording has no health transitions")
+    for path, transitions in recorded.items():
+        real = [(t["status"], t["body"]) for t in transitions]
+        assert replayed.health[path] == real, f"{path}: simulator {replayed.health[path]}, real SGLang {real}"
+
+
+def test_exit_status_after_sigterm(replayed: Replay) -> None:
+    shutdown = replayed.scenario.timeline.get("shutdown")
+    if not shutdown:
+        pytest.skip("the recording has no shutdown")
+    assert replayed.returncode == shutdown["returncode"], replayed.log[-2000:]
+
+
+def test_log_lines(replayed: Replay) -> None:
+    real = "\n".join(strip_prefix(line) for line in replayed.scenario.log.splitlines())
+    missing = [
+        name for name, pattern in LOG_PATTERNS.items() if re.search(pattern, real) and not re.search(pattern, replayed.log)
+    ]
+    assert not missing, _report(
+        replayed.scenario.id, [f"no log line like the recorded {name!r}: {LOG_PATTERNS[name]}" for name in missing]
+    )
+
+
+_failure_runs: dict[str, FailureRun] = {}
+
+
+@pytest.mark.parametrize("failure", FAILURES, ids=[f.id for f in FAILURES])
+def test_failed_launches(failure: Failure, workspaces: dict[str, Workspace]) -> None:
+    """A launch that ended by itself: same exit status, never listening, the same error line (numbers aside)."""
+    run = run_failure(failure, workspaces[failure.recording.name])
+    assert run.returncode == failure.returncode, run.log[-3000:]
+    assert not run.answered, "the simulator listened; real SGLang never did"
+
+    def shape(line: str) -> str:
+        return re.sub(r"\d+(\.\d+)?(e-?\d+)?", "N", line)
+
+    produced = {shape(strip_prefix(line)) for line in run.log.splitlines()}
+    for line in failure.error_lines:
+        assert shape(line) in produced, f"no line like {line!r} in:\n{run.log[-3000:]}"
+
+
+# -- the comparison catches a removed field (so a simulator that drops one fails the tests above) --------
+
+
+def test_a_field_removed_from_the_simulator_is_reported(replayed: Replay) -> None:
+    scenario = replayed.scenario
+    if not scenario.server_info:
+        pytest.skip("no /server_info recording")
+    stage, recorded = next(iter(scenario.server_info.items()))
+    body = replayed.server_info[stage].json()
+    version = str(body.get("version"))
+    assert not server_info_differences(recorded["body"], body, version, scenario.recording.version)
+
+    top = copy.deepcopy(body)
+    del top["max_total_num_tokens"]
+    assert "$.max_total_num_tokens: missing from the simulator's answer" in server_info_differences(
+        recorded["body"], top, version, scenario.recording.version
+    )
+    state = copy.deepcopy(body)
+    del state["internal_states"][0]["memory_usage"]["token_capacity"]
+    assert "$.internal_states[].memory_usage.token_capacity: missing from the simulator's answer" in server_info_differences(
+        recorded["body"], state, version, scenario.recording.version
+    )
+    retyped = copy.deepcopy(body)
+    retyped["max_total_num_tokens"] = str(retyped["max_total_num_tokens"])
+    assert server_info_differences(recorded["body"], retyped, version, scenario.recording.version)
+
+    generate = next((pair for pair in replayed.answers if pair[0].path == "/generate" and pair[0].json), None)
+    if generate is not None:
+        exchange, answer = generate
+        stripped = copy.deepcopy(replayed)
+        stripped_answer = copy.deepcopy(answer)
+        meta = answer.json()
+        del meta["meta_info"]["completion_tokens"]
+        stripped_answer.body = __import__("json").dumps(meta).encode()
+        stripped.answers = [(exchange, stripped_answer)]
+        assert any("meta_info.completion_tokens: missing" in d for d in http_differences(stripped))
+
+    for stage, text in scenario.metrics.items():
+        without = "\n".join(line for line in replayed.metrics[stage].splitlines() if "sglang:num_running_reqs" not in line)
+        assert "sglang:num_running_reqs: gauge missing from the simulator's /metrics" in compare_metrics(text, without)
+        relabeled = replayed.metrics[stage].replace('tp_rank="0"', 'rank="0"')
+        assert any("no simulator sample with the labels" in d for d in compare_metrics(text, relabeled))
+
+
+def test_recordings_are_complete() -> None:
+    """Each recording keeps its README (how it was made) and the logs the scenarios replay."""
+    for recording in recordings():
+        assert (recording.path / "README.md").read_text().strip()
+    for scenario in SCENARIOS:
+        assert scenario.args, scenario.id
+    assert all(f.log_path.exists() for f in FAILURES)
+
+
+def test_the_pipeline_layout_is_read_and_replayed(tmp_path: Path) -> None:
+    """A folder as tests/hardware/driver.py writes it (one directory per tag) is replayed like the flat one."""
+    source = next((s for s in SCENARIOS if s.name == "nextn" and s.server_info and s.metrics), None)
+    if source is None:
+        pytest.skip("no flat nextn recording to convert")
+    folder = tmp_path / "sglang-pipeline"
+    tag = folder / "nextn"
+    tag.mkdir(parents=True)
+    (tag / "server.log").write_text(source.log)
+    for stage, exchange in source.server_info.items():
+        if stage in ("before", "after_greedy"):
+            (tag / f"server_info.{'before' if stage == 'before' else 'after'}.json").write_text(
+                json.dumps({**exchange, "url": "http://127.0.0.1:30000/server_info", "method": "GET"})
+            )
+    greedy = next(e for e in source.exchanges if e.path == "/generate")
+    (tag / "generate.greedy256.json").write_text(
+        json.dumps(
+            {
+                "url": "http://127.0.0.1:30000/generate",
+                "method": "POST",
+                "request": greedy.body,
+                "status": greedy.status,
+                "headers": greedy.headers,
+                "body": greedy.json,
+            }
+        )
+    )
+    (tag / "metrics.txt").write_text(next(iter(source.metrics.values())))
+    health = {p: [{**t, "status": "refused" if t["status"] == "connection_refused" else t["status"]} for t in ts]
+              for p, ts in source.timeline["health_transitions"].items()}  # fmt: skip
+    (tag / "health.json").write_text(json.dumps({"changes": health}))
+    (folder / "summary.json").write_text(json.dumps({"stages": {"nextn": {"sigterm": source.timeline["shutdown"]}}}))
+
+    (scenario,) = Recording(folder).scenarios()
+    assert scenario.recording.version == source.recording.version
+    assert set(scenario.server_info) == {"before", "after"} and [e.path for e in scenario.exchanges] == ["/generate"]
+    assert scenario.timeline["health_transitions"] == source.timeline["health_transitions"]
+    (tmp_path / "work").mkdir()
+    workspace = Workspace(tmp_path / "work", scenario.recording)
+    replayed = replay(scenario, workspace)
+    assert not http_differences(replayed)
+    for stage, recorded in scenario.server_info.items():
+        body = replayed.server_info[stage].json()
+        assert not server_info_differences(recorded["body"], body, str(body["version"]), scenario.recording.version)
+    assert not compare_metrics(scenario.metrics[""], replayed.metrics[""])
+    real = {p: [(t["status"], t["body"]) for t in ts] for p, ts in scenario.timeline["health_transitions"].items()}
+    assert replayed.health == real
+    assert replayed.returncode == source.timeline["shutdown"]["returncode"]

@@ -1,0 +1,772 @@
+"""Drive the project's own code against real SGLang 0.5.17 on a lent GPU, and record everything.
+
+Run by tests/hardware/run.sh on the GPU machine (see tests/hardware/README.md). Stages, each bounded in time,
+each catching its own exceptions, each recorded under the result directory, which is packed into
+$OUT/results.tar.gz (atomically) after every stage:
+
+  models       tests/hardware/gen_tiny.py: tiny-qwen3 and tiny-mimo-mtp (mimo_mtp_agree)
+  nvidia_smi   the driver's answers: --help-query-gpu, the GPU query, -q -x, the table, compute apps, an unknown
+               field, /dev/nvidia*, /proc/driver/nvidia/gpus/*/information
+  facts        roles/sglang/library/sglang_host_facts.py gather() and sglang_model_facts.py describe()
+  cuda_smoke   roles/sglang_venv/files/cuda_smoke_check.py (or sglang_server's; when present): by UUID --expect 1, --expect 2, and
+               CUDA_VISIBLE_DEVICES=3 --expect 1
+  plan         tests/hardware/host_vars/h200.yml through sglang_plan_settings and sglang_plan() with the real facts
+  nextn        the planned instance launched exactly (python3 -m sglang.launch_server + argv, + environment);
+               readiness with sglang_readiness.wait(), sglang_rollout.verify(), a timed probe, running_requests(),
+               raw recordings, SIGTERM shutdown
+  failures     (concurrently with nextn) the argv with `--no-such-flag 8`, and with --mem-fraction-static 0.00001
+  ngram        the same host with sglang_speculative {algorithm: NGRAM, num_draft_tokens: 4}, if time allows
+
+summary.json holds the headline figures. `--dry-run` runs the pure-Python parts (plan rendering with fake facts,
+result packing) on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import traceback
+import types
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+# What serves: real SGLang; a rehearsal without a GPU sets HW_LAUNCH_MODULE=sglang_simulator (see README.md).
+LAUNCH_MODULE = os.environ.get("HW_LAUNCH_MODULE", "sglang.launch_server")
+MANDATORY_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+GPU_QUERY = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id"
+APPS_QUERY = "pid,gpu_uuid,used_memory,process_name"
+PROBE_TOKENS = 256
+MIN_ACCEPT = 1.0
+
+Json = dict[str, Any]
+
+
+class Run:
+    """Where results go, the time budget, and the packing of results after every stage."""
+
+    def __init__(self, res: Path, out: Path | None, budget_s: float, t0: float) -> None:
+        self.res, self.out, self.t0 = res, out, t0
+        self.deadline = t0 + budget_s
+        self.summary: Json = {"budget_s": budget_s, "stages": {}, "messages": []}
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.lock = threading.Lock()
+        shutil.rmtree(res, ignore_errors=True)
+        res.mkdir(parents=True)
+
+    def now(self) -> float:
+        return round(time.time() - self.t0, 2)
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def log(self, msg: str) -> None:
+        line = f"[{self.now():7.1f}s] {msg}"
+        print(line, flush=True)
+        with self.lock, open(self.res / "driver.log", "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    def save(self, name: str, obj: Any) -> Path:
+        path = self.res / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = obj if isinstance(obj, str) else json.dumps(obj, indent=2, default=str) + "\n"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    def message(self, msg: str) -> None:
+        self.log(msg)
+        with self.lock:
+            self.summary["messages"].append(msg)
+
+    def snapshot(self) -> None:
+        """summary.json, then the result directory into $OUT/results.tar.gz, atomically."""
+        with self.lock:
+            self.summary["t_snapshot_s"] = self.now()
+            self.save("summary.json", self.summary)
+            if self.out is None:
+                return
+            self.out.mkdir(parents=True, exist_ok=True)
+            tmp = self.out / "results.tar.gz.part"
+            with tarfile.open(tmp, "w:gz") as tf:
+                tf.add(self.res, arcname="results")
+            os.replace(tmp, self.out / "results.tar.gz")
+
+    @contextlib.contextmanager
+    def stage(self, name: str, needs_s: float = 0.0) -> Iterator[Json]:
+        """Records a stage: start, seconds, its own fields, and the exception if it raised one."""
+        record: Json = {"t_start_s": self.now()}
+        with self.lock:
+            self.summary["stages"][name] = record
+        if needs_s and self.left() < needs_s:  # the body sees record["skipped"] and does nothing
+            record["skipped"] = f"{self.left():.0f} s left, the stage needs {needs_s:.0f} s"
+            self.log(f"stage {name}: skipped ({record['skipped']})")
+            yield record
+            self.snapshot()
+            return
+        self.log(f"stage {name}: start")
+        t = time.time()
+        try:
+            yield record
+            record.setdefault("ok", True)
+        except Exception as error:
+            record["ok"] = False
+            record["error"] = f"{type(error).__name__}: {error}"
+            record["traceback"] = traceback.format_exc()
+            self.log(f"stage {name}: {record['error']}")
+        finally:
+            record["seconds"] = round(time.time() - t, 2)
+            self.log(f"stage {name}: done in {record['seconds']} s")
+            self.snapshot()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Recording helpers
+
+
+def sh(run: Run, name: str, argv: list[str], timeout: float = 60.0, env: dict[str, str] | None = None) -> Json:
+    """Runs a command; saves argv, exit code, stdout, stderr and seconds as <name>.json."""
+    rec: Json = {"argv": argv, "env_added": {k: v for k, v in (env or {}).items() if os.environ.get(k) != v}}
+    t = time.time()
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+        rec.update(returncode=p.returncode, stdout=p.stdout, stderr=p.stderr)
+    except subprocess.TimeoutExpired as error:
+        rec.update(returncode=None, timeout=True, stdout=str(error.stdout or ""), stderr=str(error.stderr or ""))
+    except OSError as error:
+        rec.update(returncode=None, error=repr(error))
+    rec["seconds"] = round(time.time() - t, 3)
+    run.save(f"{name}.json", rec)
+    return rec
+
+
+def http(url: str, payload: Any = None, timeout: float = 60.0) -> Json:
+    """One exchange, never raising: status ("refused", "timeout" when none), headers, body (JSON or text), seconds."""
+    rec: Json = {"url": url, "method": "POST" if payload is not None else "GET"}
+    if payload is not None:
+        rec["request"] = payload
+    data = json.dumps(payload).encode() if payload is not None else None
+    request = urllib.request.Request(url, data=data, method=rec["method"])
+    request.add_header("Content-Type", "application/json")
+    t = time.time()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, headers, raw = int(response.status), dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        status, headers, raw = int(error.code), dict(error.headers), error.read()
+    except (urllib.error.URLError, ConnectionError) as error:
+        reason = getattr(error, "reason", error)
+        rec.update(status="refused" if isinstance(reason, ConnectionRefusedError) else "error", error=repr(reason))
+        rec["seconds"] = round(time.time() - t, 4)
+        return rec
+    except TimeoutError as error:
+        rec.update(status="timeout", error=repr(error), seconds=round(time.time() - t, 4))
+        return rec
+    rec.update(status=status, headers=headers, seconds=round(time.time() - t, 4))
+    text = raw.decode(errors="replace")
+    try:
+        rec["body"] = json.loads(text) if text else ""
+    except ValueError:
+        rec["body_text"] = text
+    return rec
+
+
+def load_file_module(name: str, path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def project_modules() -> dict[str, types.ModuleType]:
+    """The product modules, imported by path; Ansible's module_utils registered as the modules import them."""
+    ansible = sys.modules.get("ansible") or types.ModuleType("ansible")
+    utils = sys.modules.get("ansible.module_utils") or types.ModuleType("ansible.module_utils")
+    ansible.__path__ = getattr(ansible, "__path__", [])
+    utils.__path__ = getattr(utils, "__path__", [])
+    sys.modules["ansible"], sys.modules["ansible.module_utils"] = ansible, utils
+    ansible.module_utils = utils  # type: ignore[attr-defined]
+    mods: dict[str, types.ModuleType] = {}
+    for util in sorted(ROOT.glob("roles/*/module_utils/*.py")):
+        mod = load_file_module(f"ansible.module_utils.{util.stem}", util)
+        setattr(utils, util.stem, mod)
+        mods[util.stem] = mod
+    for name, rel in (
+        ("sglang_host_facts", "roles/sglang/library/sglang_host_facts.py"),
+        ("sglang_model_facts", "roles/sglang/library/sglang_model_facts.py"),
+        ("sglang_plan", "roles/sglang/filter_plugins/sglang_plan.py"),
+        ("sglang_rollout", "roles/sglang_server/library/sglang_rollout.py"),
+    ):
+        mods[name] = load_file_module(name, ROOT / rel)
+    return mods
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Plan
+
+
+def load_yaml(path: Path) -> Any:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def support_table() -> tuple[Json, str]:
+    """roles/sglang/files/sglang-0.5.17.json, or 0.5.23's when that one is absent (then planned as 0.5.23)."""
+    for version in ("0.5.17", "0.5.23"):
+        path = ROOT / f"roles/sglang/files/sglang-{version}.json"
+        if path.exists():
+            table: Json = json.loads(path.read_text())
+            return table, version
+    raise FileNotFoundError("no roles/sglang/files/sglang-0.5.17.json or sglang-0.5.23.json")
+
+
+def plan_settings(variables_file: Path, **overrides: Any) -> Json:
+    """`sglang_plan_settings` as roles/sglang/vars/main.yml builds it: role defaults overridden by the host_vars."""
+    files = (ROOT / "roles/sglang_venv/files").glob("constraints-*.txt")
+    constraints = sorted(p.name[len("constraints-") : -len(".txt")] for p in files)
+    variables: Json = {
+        **load_yaml(ROOT / "roles/sglang/defaults/main.yml"),
+        **(load_yaml(variables_file) or {}),
+        "inventory_hostname": variables_file.stem,
+        "sglang_plan_constraints_versions": constraints,
+        **overrides,
+    }
+    template: Json = load_yaml(ROOT / "roles/sglang/vars/main.yml")["sglang_plan_settings"]
+    native: Any = None
+    with contextlib.suppress(ImportError):
+        from jinja2.nativetypes import NativeEnvironment
+
+        native = NativeEnvironment()
+    settings: Json = {}
+    for key, value in template.items():
+        if native is not None:
+            settings[key] = native.from_string(str(value)).render(**variables)
+            continue
+        match = re.fullmatch(r"\{\{\s*(\w+)\s*\}\}", str(value))
+        if match:
+            settings[key] = variables[match.group(1)]
+        elif key == "has_api_key":
+            settings[key] = len(str(variables.get("sglang_api_key") or "")) > 0
+        else:
+            raise ValueError(f"cannot render {key}: {value} without jinja2")
+    return settings
+
+
+def make_plan(mods: dict[str, types.ModuleType], facts: Json, run: Run, tag: str, **overrides: Any) -> Json:
+    table, version = support_table()
+    if version != "0.5.17":
+        overrides = {"sglang_version": version, **overrides}
+        run.message(f"{tag}: roles/sglang/files/sglang-0.5.17.json is absent; planned against sglang-{version}.json")
+    settings = plan_settings(HERE / "host_vars/h200.yml", **overrides)
+    result: Json = mods["sglang_plan"].sglang_plan(settings, facts, [table])
+    record = {"support_table": f"sglang-{version}.json", "settings": settings, **result}
+    run.save(f"{tag}/plan.json", record)
+    return record
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Servers
+
+
+class Server:
+    """`python3 -m sglang.launch_server` + argv, in its own session, its output time-stamped into a log."""
+
+    def __init__(self, run: Run, tag: str, argv: list[str], env_added: dict[str, str]) -> None:
+        self.run, self.tag = run, tag
+        self.cmd = [PY, "-m", LAUNCH_MODULE, *argv]
+        self.env = {**os.environ, **env_added, **MANDATORY_ENV}
+        self.lines: list[tuple[float, str]] = []
+        self.logpath = run.res / tag / "server.log"
+        self.logpath.parent.mkdir(parents=True, exist_ok=True)
+        self.logf = open(self.logpath, "w", encoding="utf-8")  # noqa: SIM115
+        self.logf.write(f"# cmd: {' '.join(self.cmd)}\n# env added: {json.dumps(env_added)}\n")
+        self.t_launch = time.time()
+        self.p = subprocess.Popen(
+            self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
+        run.procs.append(self.p)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        run.log(f"{tag}: launched pid {self.p.pid}: {' '.join(self.cmd)}")
+
+    def _read(self) -> None:
+        assert self.p.stdout is not None
+        for raw in self.p.stdout:
+            rel = time.time() - self.t_launch
+            line = raw.decode(errors="replace").rstrip("\n")
+            self.lines.append((rel, line))
+            self.logf.write(f"[+{rel:8.3f}s] {line}\n")
+            self.logf.flush()
+
+    def rel(self) -> float:
+        return round(time.time() - self.t_launch, 3)
+
+    def first(self, pattern: str) -> float | None:
+        rx = re.compile(pattern)
+        return next((round(t, 3) for t, line in list(self.lines) if rx.search(line)), None)
+
+    def tail(self, n: int = 40) -> list[str]:
+        return [line for _, line in self.lines[-n:]]
+
+    def state(self, unit: str) -> dict[str, str]:
+        """What systemctl show would say of a unit running this process (for sglang_readiness.wait)."""
+        rc = self.p.poll()
+        if rc is None:
+            return {"ActiveState": "active", "SubState": "running", "NRestarts": "0", "InvocationID": "x"}
+        return {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code", "ExecMainStatus": str(rc),
+                "NRestarts": "0", "InvocationID": "x"}
+
+    def wait_exit(self, seconds: float) -> int | None:
+        try:
+            return self.p.wait(max(0.1, seconds))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def sigterm(self, grace: float = 40.0) -> Json:
+        """SIGTERM to the main process (as systemd's stop); seconds until it exits; then the session is killed."""
+        rec: Json = {"t_sent_s": self.rel()}
+        t = time.time()
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            rc = self.wait_exit(grace)
+            rec["exited_after_s"] = round(time.time() - t, 3) if rc is not None else None
+            if rc is None:
+                rec["escalated_to_sigkill"] = True
+        else:
+            rec["already_exited"] = True
+        rec["returncode"] = self.kill()
+        time.sleep(0.5)
+        rec["session_left_over"] = self.session_alive()
+        return rec
+
+    def session_alive(self) -> bool:
+        try:
+            os.killpg(self.p.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def kill(self) -> int | None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.p.pid, signal.SIGKILL)
+        rc = self.wait_exit(10)
+        self.reader.join(3)
+        self.logf.flush()
+        return rc
+
+
+class HealthRecorder(threading.Thread):
+    """Polls /health and /health_generate from launch; records every change of answer (status and body)."""
+
+    def __init__(self, server: Server, url: str, until: float) -> None:
+        super().__init__(daemon=True)
+        self.server, self.url, self.until = server, url, until
+        self.changes: dict[str, list[Json]] = {"/health": [], "/health_generate": []}
+        self.first_200: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        last: dict[str, Any] = {}
+        while not self.stop.is_set() and time.time() < self.until and self.server.p.poll() is None:
+            for path in self.changes:
+                if path in self.first_200 and len(self.first_200) == 2:
+                    continue
+                rec = http(self.url + path, timeout=30)
+                answer = (rec["status"], rec.get("body", rec.get("body_text", "")))
+                if last.get(path) != answer:
+                    self.changes[path].append({"t_s": self.server.rel(), "status": rec["status"], "body": answer[1],
+                                               "seconds": rec["seconds"]})
+                    last[path] = answer
+                if rec["status"] == 200 and path not in self.first_200:
+                    self.first_200[path] = self.server.rel()
+            if len(self.first_200) == 2:
+                return
+            time.sleep(0.5)
+
+    def record(self) -> Json:
+        return {"changes": self.changes, "first_200_s": self.first_200}
+
+
+TIMELINE = {
+    "first_output_line": r".",
+    "server_args_logged": r"server_args=ServerArgs",
+    "load_weight_begin": r"Load weight begin",
+    "load_weight_end": r"Load weight end",
+    "kv_cache_allocated": r"KV Cache is allocated|max_total_num_tokens",
+    "uvicorn_running": r"Uvicorn running|Application startup complete",
+    "fired_up": r"The server is fired up",
+    "jit_build": r"(?i)(jit|ninja|nvcc).*(compil|build)",
+}
+
+
+def instance_argv_with(argv: list[str], **flags: str) -> list[str]:
+    """The argv with flags (given as --flag-name) replaced, or appended when absent."""
+    out = list(argv)
+    for flag, value in flags.items():
+        name = "--" + flag.replace("_", "-")
+        if name in out:
+            out[out.index(name) + 1] = value
+        else:
+            out += [name, value]
+    return out
+
+
+def serve_and_verify(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Json, record: Json,
+                     ready_timeout: float) -> None:
+    """Launch the planned instance, wait() for it, verify() it, record the raw exchanges, then SIGTERM it."""
+    readiness = mods["sglang_readiness"]
+    rollout = mods["sglang_rollout"]
+    url = instance["url"].rstrip("/")
+    record["argv"] = instance["argv"]
+    record["environment"] = instance["environment"]
+    server = Server(run, tag, instance["argv"], instance["environment"])
+    health = HealthRecorder(server, url, time.time() + ready_timeout)
+    health.start()
+    try:
+        services = [{"unit": instance["unit"], "url": url}]
+        t = time.time()
+        result = readiness.wait(services, "/health_generate", ready_timeout, 1.0, state=server.state)
+        record["wait"] = result
+        record["wait_seconds"] = round(time.time() - t, 2)
+        record["ready_after_launch_s"] = server.rel() if "failed" not in result else None
+        health.join(timeout=5)
+        health.stop.set()
+        record["health"] = health.record()
+        record["timeline_s"] = {key: server.first(rx) for key, rx in TIMELINE.items()}
+        run.save(f"{tag}/health.json", health.record())
+        run.log(f"{tag}: wait() -> {result}")
+        if "failed" in result:
+            record["returncode"] = server.p.poll()
+            record["output_tail"] = server.tail(60)
+            return
+        run.snapshot()
+        exchange = functools.partial(http, timeout=120)
+        run.save(f"{tag}/server_info.before.json", exchange(f"{url}/server_info"))
+        apps = sh(run, f"{tag}/nvidia-smi.compute-apps.serving",
+                  ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader,nounits"])
+        record["compute_apps_while_serving"] = apps.get("stdout")
+        host = rollout.Host(get_json=functools.partial(readiness.http_json, api_key=""))
+        t = time.time()
+        try:
+            record["verify"] = rollout.verify(host, instance, PROBE_TOKENS, MIN_ACCEPT)
+        except Exception as error:
+            record["verify_error"] = f"{type(error).__name__}: {error}"
+        record["verify_seconds"] = round(time.time() - t, 2)
+        run.log(f"{tag}: verify() -> {record.get('verify', record.get('verify_error'))}")
+        probe = {"text": "sglang-fleet rollout probe:",
+                 "sampling_params": {"max_new_tokens": PROBE_TOKENS, "temperature": 0, "ignore_eos": True}}
+        t = time.time()
+        answer = readiness.http_json(f"{url}/generate", probe, timeout=120)
+        seconds = time.time() - t
+        tokens = int(((answer or {}).get("meta_info") or {}).get("completion_tokens") or 0)
+        record["probe"] = {"tokens": tokens, "seconds": round(seconds, 4), "tokens_per_s": round(tokens / seconds, 1),
+                           "meta_info": (answer or {}).get("meta_info")}
+        record["running_requests"] = rollout.running_requests(url)
+        run.save(f"{tag}/generate.greedy256.json", exchange(f"{url}/generate", probe))
+        run.save(f"{tag}/server_info.after.json", exchange(f"{url}/server_info"))
+        metrics = exchange(f"{url}/metrics")
+        run.save(f"{tag}/metrics.txt", str(metrics.get("body_text", metrics.get("body", ""))))
+        run.save(f"{tag}/v1_models.json", exchange(f"{url}/v1/models"))
+        chat = {"model": "no-such-model", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16,
+                "temperature": 0}
+        run.save(f"{tag}/chat.unknown_model.json", exchange(f"{url}/v1/chat/completions", chat))
+        run.snapshot()
+    finally:
+        health.stop.set()
+        record["sigterm"] = server.sigterm()
+        record.setdefault("output_tail", server.tail(15))
+        run.log(f"{tag}: shutdown {record['sigterm']}")
+
+
+def failure_run(run: Run, tag: str, argv: list[str], env: dict[str, str], max_s: float, record: Json) -> None:
+    """A launch that must fail: exit code, seconds, the last output lines, the error line."""
+    server = Server(run, tag, argv, env)
+    rc = server.wait_exit(max_s)
+    record["exited_by_itself"] = rc is not None
+    record["seconds_to_exit"] = server.rel() if rc is not None else None
+    record["returncode"] = rc if rc is not None else server.kill()
+    if rc is not None:
+        server.kill()  # children of the session, if any are left
+    record["output_tail"] = server.tail(30)
+    errors = [line for _, line in server.lines if re.search(r"error:|Error:", line)]
+    record["error_lines"] = errors[-5:]
+    run.log(f"{tag}: rc={record['returncode']} after {record['seconds_to_exit']} s: {errors[-1:] or '(no error line)'}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Stages
+
+
+def stage_models(run: Run, models: Path, record: Json) -> None:
+    """Both tiny models, written by one gen_tiny.py process."""
+    pairs = (("qwen3", "tiny-qwen3"), ("mimo_mtp_agree", "tiny-mimo-mtp"))
+    argv = [PY, str(HERE / "gen_tiny.py")] + [word for arch, name in pairs for word in (arch, str(models / name))]
+    rec = sh(run, "models/gen_tiny", argv, timeout=180)
+    record["returncode"] = rec["returncode"]
+    if rec["returncode"] != 0:
+        raise RuntimeError(f"gen_tiny.py failed: {(rec.get('stderr') or '')[-800:]}")
+
+
+VERSIONS = """
+import importlib.metadata as m, sys
+print("python", sys.version.split()[0])
+for name in ("torch", "triton", "transformers", "tokenizers", "sglang", "sglang-kernel", "flashinfer-python",
+             "xgrammar", "apache-tvm-ffi", "fastapi", "uvicorn", "pydantic", "openai", "numpy", "safetensors", "PyYAML",
+             "Jinja2"):
+    try:
+        print(name, m.version(name))
+    except m.PackageNotFoundError:
+        print(name, "absent")
+import torch
+print("torch.cuda", torch.version.cuda, "devices", torch.cuda.device_count())
+"""
+
+
+def stage_env(run: Run, record: Json) -> None:
+    rec = sh(run, "env/versions", [PY, "-c", VERSIONS], timeout=120)
+    record["versions"] = (rec.get("stdout") or "").splitlines()
+    sh(run, "env/nvcc", ["sh", "-c", "nvcc --version; which nvcc g++ ninja; g++ --version | head -1"], timeout=30)
+    sh(run, "env/os", ["sh", "-c", "uname -r; head -2 /etc/os-release; nproc; free -g; df -h /tmp"], timeout=30)
+
+
+def stage_nvidia_smi(run: Run, record: Json) -> None:
+    calls = {
+        "help-query-gpu": ["nvidia-smi", "--help-query-gpu"],
+        "query-gpu": ["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"],
+        "q-x": ["nvidia-smi", "-q", "-x"],
+        "table": ["nvidia-smi"],
+        "compute-apps.idle": ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader,nounits"],
+        "unknown-field.minor_number": ["nvidia-smi", "--query-gpu=index,minor_number", "--format=csv,noheader,nounits"],
+        "ls-dev-nvidia": ["sh", "-c", "ls -l /dev/nvidia* /dev/nvidia-caps 2>&1"],
+    }
+    for name, argv in calls.items():
+        record[name] = sh(run, f"nvidia_smi/{name}", argv, timeout=60).get("returncode")
+    info = {str(p): p.read_text(errors="replace") for p in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information"))}
+    run.save("nvidia_smi/proc-information.json", info)
+    record["proc_information_files"] = len(info)
+
+
+def stage_facts(run: Run, mods: dict[str, types.ModuleType], model_dir: Path, record: Json) -> Json:
+    facts: Json = mods["sglang_host_facts"].gather("nvidia-smi")
+    run.save("facts/host_facts.json", facts)
+    model: Json = mods["sglang_model_facts"].describe(str(model_dir), {})
+    run.save("facts/model_facts.json", model)
+    record["gpus"] = [{k: g.get(k) for k in ("index", "uuid", "name", "memory_total_mib", "minor_number")}
+                      for g in facts.get("gpus") or []]
+    record["gpu_error"] = facts.get("gpu_error")
+    record["model"] = {k: model.get(k) for k in ("architectures", "mtp_layers", "has_mtp_tensors", "shards", "total_size")}
+    return {**facts, "model": model}
+
+
+def stage_cuda_smoke(run: Run, uuid: str, record: Json) -> None:
+    candidates = [ROOT / f"roles/{role}/files/cuda_smoke_check.py" for role in ("sglang_venv", "sglang_server")]
+    script = next((path for path in candidates if path.exists()), None)
+    if script is None:
+        record["skipped"] = "no roles/*/files/cuda_smoke_check.py"
+        return
+    record["script"] = str(script.relative_to(ROOT))
+    cases = {"uuid.expect1": (uuid, "1", 0), "uuid.expect2": (uuid, "2", 1), "index3.expect1": ("3", "1", 1)}
+    for name, (visible, expect, want_rc) in cases.items():
+        rec = sh(run, f"cuda_smoke/{name}", [PY, str(script), "--expect", expect], timeout=120,
+                 env={"CUDA_VISIBLE_DEVICES": visible})
+        record[name] = {"returncode": rec.get("returncode"), "expected_returncode": want_rc,
+                        "stdout": (rec.get("stdout") or "").strip()[-800:]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="real-hardware run of sglang-fleet's code against SGLang 0.5.17")
+    ap.add_argument("--dry-run", action="store_true", help="plan with fake facts and pack results; no GPU, no SGLang")
+    ap.add_argument("--budget", type=float, default=float(os.environ.get("BUDGET_S", "520")))
+    ap.add_argument("--res", type=Path, default=Path(os.environ.get("HW_RES", "/tmp/hw-results")))
+    ap.add_argument("--models", type=Path, default=Path("/tmp/hw-models"))
+    args = ap.parse_args()
+    out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    run = Run(args.res, out, args.budget, float(os.environ.get("T0") or time.time()))
+    run.summary["dry_run"] = args.dry_run
+    os.environ.update(MANDATORY_ENV)
+    if args.dry_run:
+        return dry_run(run)
+    try:
+        return real_run(run, args.models)
+    finally:
+        for p in run.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+        run.summary["t_end_s"] = run.now()
+        try:
+            headline(run)
+        except Exception as error:
+            run.message(f"headline: {error!r}")
+        run.snapshot()
+        pack_caches(run)
+
+
+def dry_run(run: Run) -> int:
+    """Plans h200.yml with the facts of one fake H200 and packs the result; prints the instance."""
+    mods = project_modules()
+    facts: Json = {
+        "gpus": [{"index": 0, "uuid": "GPU-00000000-1111-2222-3333-444444444444", "name": "NVIDIA H200",
+                  "memory_total_mib": 143771, "memory_used_mib": 0, "driver_version": "580.159.04",
+                  "pci_bus_id": "00000000:00:05.0", "minor_number": 0, "device": "/dev/nvidia0"}],
+        "gpu_processes": [], "gpu_error": None, "driver_version": "580.159.04", "memtotal_mb": 131072,
+        "glibc_version": "2.39", "listening": [], "device_nodes": {},
+        "model": {"path": "/tmp/hw-models/tiny-mimo-mtp", "exists": True, "config": True,
+                  "architectures": ["MiMoForCausalLM"], "mtp_layers": 1, "total_size": 3_000_000, "tensor_count": 40,
+                  "has_mtp_tensors": False, "shards": 2, "shard_bytes": 3_000_000, "missing_shards": [],
+                  "empty_shards": [], "checksum_problems": {}},
+    }
+    with run.stage("plan") as record:
+        plan = make_plan(mods, facts, run, "plan")
+        record["problems"] = plan["problems"]
+        record["instances"] = len(plan["instances"])
+        instance = plan["instances"][0]
+        record["argv"] = instance["argv"]
+        record["environment"] = instance["environment"]
+        record["bad_flag_argv"] = [*instance["argv"], "--no-such-flag", "8"]
+        record["mem_argv"] = instance_argv_with(instance["argv"], mem_fraction_static="0.00001", port="30002",
+                                                nccl_port="31002")
+    with run.stage("ngram_plan") as record:
+        ngram = make_plan(mods, facts, run, "ngram", sglang_speculative={"algorithm": "NGRAM", "num_draft_tokens": 4})
+        record["problems"] = ngram["problems"]
+        record["argv"] = ngram["instances"][0]["argv"] if ngram["instances"] else None
+    print(json.dumps(run.summary, indent=1, default=str))
+    ok = all(stage.get("ok") for stage in run.summary["stages"].values())
+    return 0 if ok else 1
+
+
+def real_run(run: Run, models: Path) -> int:
+    run.log(f"driver start; budget {run.left():.0f} s left; python {sys.version.split()[0]}")
+    with run.stage("models") as record:
+        stage_models(run, models, record)
+    with run.stage("nvidia_smi") as record:
+        stage_nvidia_smi(run, record)
+    with run.stage("env") as record:
+        stage_env(run, record)
+    mods = project_modules()
+    facts: Json = {}
+    with run.stage("facts") as record:
+        facts = stage_facts(run, mods, models / "tiny-mimo-mtp", record)
+    gpus = facts.get("gpus") or []
+    uuid = str(gpus[0]["uuid"]) if gpus else "GPU-unknown"
+    with run.stage("cuda_smoke", needs_s=300) as record:
+        if "skipped" not in record:
+            stage_cuda_smoke(run, uuid, record)
+    instance: Json | None = None
+    with run.stage("plan") as record:
+        plan = make_plan(mods, facts, run, "plan")
+        record["support_table"] = plan["support_table"]
+        record["problems"] = plan["problems"]
+        record["instances"] = len(plan["instances"])
+        if not plan["instances"]:
+            raise RuntimeError("the plan derived no instance")
+        instance = plan["instances"][0]
+        record["argv"] = instance["argv"]
+        record["environment"] = instance["environment"]
+    if instance is None:
+        return 1
+
+    failures: Json = {}
+    run.summary["stages"]["failures"] = failures
+
+    def failure_runs() -> None:
+        assert instance is not None
+        base = instance["argv"]
+        for tag, argv, max_s in (
+            ("failure.unknown_flag", [*instance_argv_with(base, port="30001", nccl_port="31001"), "--no-such-flag", "8"], 90),
+            ("failure.mem_0.00001", instance_argv_with(base, mem_fraction_static="0.00001", port="30002", nccl_port="31002"),
+             150),
+        ):
+            rec: Json = failures.setdefault(tag, {"t_start_s": run.now()})
+            if run.left() < max_s + 30:
+                rec["skipped"] = f"{run.left():.0f} s left"
+                continue
+            try:
+                failure_run(run, tag, argv, instance["environment"], max_s, rec)
+            except Exception as error:
+                rec["error"] = f"{type(error).__name__}: {error}"
+                rec["traceback"] = traceback.format_exc()
+        run.snapshot()
+
+    failure_thread = threading.Thread(target=failure_runs, daemon=True)
+    with run.stage("nextn", needs_s=120) as record:
+        if "skipped" not in record:
+            failure_thread.start()
+            serve_and_verify(run, mods, "nextn", instance, record, ready_timeout=min(330.0, run.left() - 60))
+    if failure_thread.is_alive():
+        failure_thread.join(timeout=max(1.0, run.left() - 100))
+    with run.stage("ngram", needs_s=150) as record:
+        if "skipped" not in record:
+            ngram = make_plan(mods, facts, run, "ngram", sglang_speculative={"algorithm": "NGRAM", "num_draft_tokens": 4})
+            record["problems"] = ngram["problems"]
+            if not ngram["instances"]:
+                raise RuntimeError("the NGRAM plan derived no instance")
+            serve_and_verify(run, mods, "ngram", ngram["instances"][0], record, ready_timeout=min(240.0, run.left() - 40))
+    if failure_thread.is_alive():
+        failure_thread.join(timeout=max(1.0, run.left() - 10))
+    return 0
+
+
+def headline(run: Run) -> None:
+    """The figures a reader wants first, gathered into summary['headline']."""
+    stages = run.summary["stages"]
+    head: Json = {}
+    for tag in ("nextn", "ngram"):
+        st = stages.get(tag) or {}
+        head[tag] = {
+            "ready_after_launch_s": st.get("ready_after_launch_s"),
+            "wait": st.get("wait"),
+            "verify": st.get("verify", st.get("verify_error")),
+            "probe_tokens_per_s": (st.get("probe") or {}).get("tokens_per_s"),
+            "running_requests": st.get("running_requests"),
+            "sigterm": st.get("sigterm"),
+            "error": st.get("error"),
+        }
+    for tag, st in (stages.get("failures") or {}).items():
+        head[tag] = {k: st.get(k) for k in ("returncode", "seconds_to_exit", "error_lines", "skipped", "error")}
+    head["cuda_smoke"] = stages.get("cuda_smoke")
+    head["plan_problems"] = (stages.get("plan") or {}).get("problems")
+    run.summary["headline"] = head
+
+
+def pack_caches(run: Run) -> None:
+    """The tvm-ffi JIT and Triton caches this run used, as $OUT/caches.tar.gz, to seed the next bundle."""
+    if run.out is None:
+        return
+    try:
+        tmp = run.out / "caches.tar.gz.part"
+        with tarfile.open(tmp, "w:gz") as tf:
+            for env, arc in (("TVM_FFI_CACHE_DIR", "tvm-ffi"), ("TRITON_CACHE_DIR", "triton")):
+                path = os.environ.get(env)
+                if path and os.path.isdir(path):
+                    tf.add(path, arcname=arc,
+                           filter=lambda ti: None if ti.name.endswith((".o", ".o.d", ".lock", ".ninja_log")) else ti)
+        if tmp.stat().st_size < 15 * 2**20:
+            os.replace(tmp, run.out / "caches.tar.gz")
+        else:
+            run.message(f"caches.tar.gz not returned: {tmp.stat().st_size} bytes")
+            tmp.unlink()
+    except Exception as error:
+        run.message(f"pack_caches: {error!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Preflight across SGLang versions: each host is checked against its sglang_version's support table, and a
+setting another supported version knows is named with that version (what a host moving between them hears)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+Plan = Callable[..., dict[str, Any]]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _table(version: str) -> dict[str, Any]:
+    table: dict[str, Any] = json.loads((ROOT / f"roles/sglang/files/sglang-{version}.json").read_text())
+    return table
+
+
+def _options(version: str) -> set[str]:
+    return {option for action in _table(version)["flags"] for option in action["option_strings"]}
+
+
+def _production_flags(host: str) -> set[str]:
+    import yaml
+
+    host_vars = yaml.safe_load((ROOT / f"inventory/production/host_vars/{host}.yml").read_text())
+    flags = {"--" + key for key in host_vars.get("sglang_server_args", {})}
+    return flags | {"--speculative-" + key.replace("_", "-") for key in host_vars.get("sglang_speculative", {})}
+
+
+def test_every_supported_version_has_its_table_and_constraints() -> None:
+    tables = sorted(path.name for path in (ROOT / "roles/sglang/files").glob("sglang-*.json"))
+    assert tables == ["sglang-0.5.17.json", "sglang-0.5.23.json"]
+    for version in ("0.5.17", "0.5.23"):
+        # The product's table is the simulator's, extracted from the real wheel (a link, as for 0.5.23).
+        link = ROOT / f"roles/sglang/files/sglang-{version}.json"
+        assert link.is_symlink() and link.resolve() == ROOT / f"simulator/src/sglang_simulator/data/sglang-{version}.json"
+        assert _table(version)["sglang_version"] == version
+        constraints = (ROOT / f"roles/sglang_venv/files/constraints-{version}.txt").read_text().splitlines()
+        assert f"sglang=={version}" in constraints and "sglang-router==0.3.2" in constraints
+    assert "torch==2.11.0" in (ROOT / "roles/sglang_venv/files/constraints-0.5.17.txt").read_text().splitlines()
+
+
+# Of the production hosts' flags, those SGLang 0.5.17's real parser does not know: none. 0.5.17 already has
+# --mamba-radix-cache-strategy and --cuda-graph-max-bs-decode (the 0.5.2x names the host_vars use), and the
+# qwen3 / qwen3_coder parsers; 0.5.23's extra flags (96 of them, e.g. --enable-hicache) are not used.
+PRODUCTION_FLAGS_0_5_17_LACKS: dict[str, set[str]] = {"b200": set(), "ct129": set()}
+
+
+@pytest.mark.parametrize("host", ["b200", "ct129"])
+def test_production_settings_under_0_5_17(plan: Plan, host: str) -> None:
+    assert _production_flags(host) - _options("0.5.17") == PRODUCTION_FLAGS_0_5_17_LACKS[host]
+    result = plan(host, sglang_version="0.5.17")
+    assert result["problems"] == []
+    assert result["instances"] == plan(host)["instances"], "the same command lines under both versions"
+
+
+def test_0_5_23_flags_on_a_host_moved_to_0_5_17(plan: Plan) -> None:
+    args = {**plan("b200")["instances"][0]["settings"]}
+    args.pop("enable-hierarchical-cache")
+    args.update({"enable-hicache": True, "hicache-host-memory-fraction": 0.5})
+    assert {"--enable-hicache", "--hicache-host-memory-fraction"} <= _options("0.5.23") - _options("0.5.17")
+    assert plan("b200", sglang_version="0.5.17", sglang_server_args=args)["problems"] == [
+        "b200 host: sglang_server_args.enable-hicache=true: SGLang 0.5.17 has no flag --enable-hicache "
+        "(SGLang 0.5.23 has it); fix: use --enable-hierarchical-cache (its name in SGLang 0.5.17) "
+        "or pin sglang_version 0.5.23",
+        "b200 host: sglang_server_args.hicache-host-memory-fraction=0.5: SGLang 0.5.17 has no flag "
+        "--hicache-host-memory-fraction (SGLang 0.5.23 has it); fix: remove it or pin sglang_version 0.5.23",
+    ]
+
+
+def test_0_5_17_flags_on_a_0_5_23_host(plan: Plan) -> None:
+    assert "--keep-mm-feature-on-device" in _options("0.5.17") - _options("0.5.23")
+    problems = plan("b200", sglang_server_args={"keep-mm-feature-on-device": True, "cuda-graph-max-bs": 8})["problems"]
+    assert problems == [
+        "b200 host: sglang_server_args.keep-mm-feature-on-device=true: SGLang 0.5.23 has no flag "
+        "--keep-mm-feature-on-device (SGLang 0.5.17 has it); fix: remove it or pin sglang_version 0.5.17",
+        # 0.5.17 has it only as a deprecated alias: no reason to pin 0.5.17 for it.
+        "b200 host: sglang_server_args.cuda-graph-max-bs=8: --cuda-graph-max-bs does not exist in SGLang 0.5.23; "
+        "fix: use --cuda-graph-max-bs-decode",
+    ]
+    # 0.5.17 accepts --cuda-graph-max-bs as a deprecated alias of --cuda-graph-max-bs-decode (a value, not a switch).
+    assert plan("b200", sglang_version="0.5.17", sglang_server_args={"cuda-graph-max-bs": 8})["problems"] == []
+
+
+def test_flags_retired_before_0_5_17(plan: Plan) -> None:
+    problems = plan("b200", sglang_version="0.5.17", sglang_server_args={"hybrid-kvcache-ratio": 0.5})["problems"]
+    assert problems == [
+        "b200 host: sglang_server_args.hybrid-kvcache-ratio=0.5: --hybrid-kvcache-ratio does not exist in "
+        "SGLang 0.5.17; fix: use --swa-full-tokens-ratio"
+    ]
+
+
+def test_environment_across_versions(plan: Plan) -> None:
+    old = plan("b200", sglang_version="0.5.17", sglang_environment={"SGLANG_ENABLE_SPEC_V2": "1"})["problems"]
+    assert old == [], "0.5.17 still reads SGLANG_ENABLE_SPEC_V2"
+    (new,) = plan("b200", sglang_environment={"SGLANG_ENABLE_SPEC_V2": "1"})["problems"]
+    assert "SGLang 0.5.23 no longer reads it and ignores it silently (SGLang 0.5.17 reads it)" in new
+    (only_old,) = plan("b200", sglang_environment={"SGLANG_DFLASH_PREFILL_REFILL_TARGET": "1"})["problems"]
+    assert only_old == (
+        'b200 host: sglang_environment.SGLANG_DFLASH_PREFILL_REFILL_TARGET="1": SGLang 0.5.23 does not read '
+        "SGLANG_DFLASH_PREFILL_REFILL_TARGET and would ignore it silently (SGLang 0.5.17 reads it); "
+        "fix: remove SGLANG_DFLASH_PREFILL_REFILL_TARGET or pin sglang_version 0.5.17"
+    )
+
+
+def test_architectures_across_versions(support_tables: list[dict[str, Any]], model_facts: dict[str, Any]) -> None:
+    from conftest import host_facts, plan_settings
+    from sglang_plan import sglang_plan
+
+    assert "Qwen3_5ForConditionalGeneration" in _table("0.5.17")["architectures"]
+    mamba = {**model_facts, "architectures": ["MambaForCausalLM"]}
+    settings = plan_settings("b200", sglang_version="0.5.17", sglang_speculative={})
+    (problem,) = sglang_plan(settings, {**host_facts("b200", model_facts), "model": mamba}, support_tables)["problems"]
+    assert "architecture ['MambaForCausalLM'] is not supported by SGLang 0.5.17 (SGLang 0.5.23 supports it)" in problem
+    assert problem.endswith("fix: pin sglang_version 0.5.23 or serve another model")
+
+
+def test_unknown_version_is_one_problem(plan: Plan) -> None:
+    result = plan("b200", sglang_version="0.5.99")
+    assert result == {
+        "instances": [],
+        "problems": [
+            'b200 host: sglang_version="0.5.99": sglang-fleet has no support table for SGLang 0.5.99 '
+            "(supported: 0.5.17, 0.5.23); fix: pin one of the supported versions"
+        ],
+    }
+
+
+def test_missing_constraints_file(plan: Plan) -> None:
+    (problem,) = plan("ct129", sglang_version="0.5.17", sglang_plan_constraints_versions=["0.5.23"])["problems"]
+    assert problem.startswith('ct129 host: sglang_version="0.5.17": roles/sglang_venv/files/constraints-0.5.17.txt is missing')
+
+
+@pytest.mark.parametrize(
+    ("runtime", "expected"),
+    [
+        ("simulator", {"SGLANG_SIM_VERSION": "0.5.17", "SGLANG_SIM_LOAD_SECONDS": "1"}),
+        ("sglang", {"SGLANG_SIM_LOAD_SECONDS": "1"}),
+    ],
+)
+def test_the_simulator_stands_in_for_the_pinned_version(runtime: str, expected: dict[str, str]) -> None:
+    import yaml
+    from ansible.plugins.filter.core import FilterModule
+    from jinja2.nativetypes import NativeEnvironment
+
+    environment = NativeEnvironment()
+    environment.filters.update(FilterModule().filters())
+    role_vars = yaml.safe_load((ROOT / "roles/sglang_venv/vars/main.yml").read_text())
+    variables: dict[str, Any] = {
+        "sglang_version": "0.5.17",
+        "sglang_venv_runtime": runtime,
+        "sglang_venv_runtime_environment": {"SGLANG_SIM_LOAD_SECONDS": "1"},
+    }
+    variables["sglang_venv_runtime_default_environment"] = {
+        name: {key: environment.from_string(value).render(**variables) for key, value in env.items()}
+        for name, env in role_vars["sglang_venv_runtime_default_environment"].items()
+    }
+    rendered: Any = environment.from_string(role_vars["sglang_venv_server_environment"]).render(**variables)
+    assert rendered == expected
+    server_vars = (ROOT / "roles/sglang_server/vars/main.yml").read_text()
+    assert "combine(sglang_venv_server_environment)" in server_vars
+    checker = role_vars["sglang_venv_args_checker"]
+    assert checker[-2:] == ["{{ sglang_venv_runtime }}", "{{ sglang_version }}"], "the checker parses as the pinned version"
