@@ -15,7 +15,11 @@ import yaml
 from jinja2.nativetypes import NativeEnvironment
 
 ROOT = Path(__file__).resolve().parent.parent
-for plugin_dir in sorted(ROOT.glob("roles/*/filter_plugins")) + sorted(ROOT.glob("roles/*/library")):
+for plugin_dir in (
+    sorted(ROOT.glob("roles/*/filter_plugins"))
+    + sorted(ROOT.glob("roles/*/library"))
+    + sorted(ROOT.glob("roles/*/lookup_plugins"))
+):
     sys.path.insert(0, str(plugin_dir))
 # Roles' module_utils, importable as Ansible's modules import them (ansible.module_utils.<name>).
 for util in sorted(ROOT.glob("roles/*/module_utils/*.py")):

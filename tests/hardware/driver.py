@@ -10,15 +10,25 @@ $OUT/results.tar.gz (atomically) after every stage:
   facts        roles/sglang/library/sglang_host_facts.py gather() and sglang_model_facts.py describe()
   cuda_smoke   roles/sglang_venv/files/cuda_smoke_check.py (or sglang_server's; when present): by UUID --expect 1, --expect 2, and
                CUDA_VISIBLE_DEVICES=3 --expect 1
+  tp2          (two GPUs) host_vars/h200x2-tp2.yml, ct129-shaped: the smoke check --expect 2 --all-reduce with the
+               instance's environment, then one tensor-parallel-2 NEXTN server over both GPUs, ready, verified, a
+               batched greedy probe (BATCH_PROMPTS x BATCH_TOKENS), SIGTERM
+  per_gpu      (two GPUs) host_vars/h200x2-per-gpu.yml, b200-shaped: two instances, one per GPU, launched at once, one
+               wait() over both, verified at the same time, compute apps mapped to each instance's process tree:
+               asserts that no instance's processes hold memory on the other GPU; SIGTERM to both
   plan         tests/hardware/host_vars/h200.yml through sglang_plan_settings and sglang_plan() with the real facts
+               (on two GPUs kept to GPU 0 with sglang_gpu_ids: [0])
   nextn        the planned instance launched exactly (python3 -m sglang.launch_server + argv, + environment);
                readiness with sglang_readiness.wait(), sglang_rollout.verify(), a timed probe, running_requests(),
                raw recordings, SIGTERM shutdown
   failures     (concurrently with nextn) the argv with `--no-such-flag 8`, and with --mem-fraction-static 0.00001
   ngram        the same host with sglang_speculative {algorithm: NGRAM, num_draft_tokens: 4}, if time allows
 
+On a machine with two GPUs (torch.cuda.device_count() >= 2; in a rehearsal, the simulator's GPU list) tp2 and
+per_gpu run right after cuda_smoke, before the single-GPU stages; with one GPU they are recorded as skipped.
+
 summary.json holds the headline figures. `--dry-run` runs the pure-Python parts (plan rendering with fake facts,
-result packing) on any machine.
+result packing, the compute-apps mapping) on any machine.
 """
 
 from __future__ import annotations
@@ -41,7 +51,7 @@ import traceback
 import types
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +119,16 @@ class Run:
             os.replace(tmp, self.out / "results.tar.gz")
 
     @contextlib.contextmanager
-    def stage(self, name: str, needs_s: float = 0.0) -> Iterator[Json]:
-        """Records a stage: start, seconds, its own fields, and the exception if it raised one."""
+    def stage(self, name: str, needs_s: float = 0.0, skip: str = "") -> Iterator[Json]:
+        """Records a stage: start, seconds, its own fields, and the exception if it raised one.
+
+        With `skip` (a reason), or less than `needs_s` seconds left, the body sees record["skipped"] and does nothing.
+        """
         record: Json = {"t_start_s": self.now()}
         with self.lock:
             self.summary["stages"][name] = record
-        if needs_s and self.left() < needs_s:  # the body sees record["skipped"] and does nothing
-            record["skipped"] = f"{self.left():.0f} s left, the stage needs {needs_s:.0f} s"
+        if skip or (needs_s and self.left() < needs_s):
+            record["skipped"] = skip or f"{self.left():.0f} s left, the stage needs {needs_s:.0f} s"
             self.log(f"stage {name}: skipped ({record['skipped']})")
             yield record
             self.snapshot()
@@ -271,14 +284,16 @@ def plan_settings(variables_file: Path, **overrides: Any) -> Json:
     return settings
 
 
-def make_plan(mods: dict[str, types.ModuleType], facts: Json, run: Run, tag: str, **overrides: Any) -> Json:
+def make_plan(mods: dict[str, types.ModuleType], facts: Json, run: Run, tag: str, host_vars: str = "h200.yml",
+              **overrides: Any) -> Json:
     table, version = support_table()
     if version != "0.5.17":
         overrides = {"sglang_version": version, **overrides}
         run.message(f"{tag}: roles/sglang/files/sglang-0.5.17.json is absent; planned against sglang-{version}.json")
-    settings = plan_settings(HERE / "host_vars/h200.yml", **overrides)
+    settings = plan_settings(HERE / "host_vars" / host_vars, **overrides)
     result: Json = mods["sglang_plan"].sglang_plan(settings, facts, [table])
-    record = {"support_table": f"sglang-{version}.json", "settings": settings, **result}
+    record = {"host_vars": f"tests/hardware/host_vars/{host_vars}", "support_table": f"sglang-{version}.json",
+              "settings": settings, **result}
     run.save(f"{tag}/plan.json", record)
     return record
 
@@ -430,65 +445,91 @@ def instance_argv_with(argv: list[str], **flags: str) -> list[str]:
     return out
 
 
-def serve_and_verify(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Json, record: Json,
-                     ready_timeout: float) -> None:
-    """Launch the planned instance, wait() for it, verify() it, record the raw exchanges, then SIGTERM it."""
-    readiness = mods["sglang_readiness"]
-    rollout = mods["sglang_rollout"]
-    url = instance["url"].rstrip("/")
+def launch(run: Run, tag: str, instance: Json, record: Json, ready_timeout: float) -> tuple[Server, HealthRecorder]:
+    """The planned instance's argv and environment, launched; its /health answers recorded from launch."""
     record["argv"] = instance["argv"]
     record["environment"] = instance["environment"]
     server = Server(run, tag, instance["argv"], instance["environment"])
-    health = HealthRecorder(server, url, time.time() + ready_timeout)
+    record["mandatory_env"] = {name: server.env.get(name) for name in MANDATORY_ENV}
+    health = HealthRecorder(server, instance["url"].rstrip("/"), time.time() + ready_timeout)
     health.start()
+    return server, health
+
+
+def record_ready(run: Run, tag: str, server: Server, health: HealthRecorder, ready: bool, record: Json) -> bool:
+    """This instance's health changes and start timeline once wait() returned; returns `ready`."""
+    record["ready_after_launch_s"] = server.rel() if ready else None
+    health.join(timeout=5)
+    health.stop.set()
+    record["health"] = health.record()
+    record["timeline_s"] = {key: server.first(rx) for key, rx in TIMELINE.items()}
+    run.save(f"{tag}/health.json", health.record())
+    if not ready:
+        record["returncode"] = server.p.poll()
+        record["output_tail"] = server.tail(60)
+    return ready
+
+
+def exercise(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Json, record: Json) -> None:
+    """A ready instance: verify(), a timed probe, running_requests(), and the raw exchanges recorded."""
+    readiness = mods["sglang_readiness"]
+    rollout = mods["sglang_rollout"]
+    url = instance["url"].rstrip("/")
+    exchange = functools.partial(http, timeout=120)
+    run.save(f"{tag}/server_info.before.json", exchange(f"{url}/server_info"))
+    apps = sh(run, f"{tag}/nvidia-smi.compute-apps.serving",
+              ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader,nounits"])
+    record["compute_apps_while_serving"] = apps.get("stdout")
+    host = rollout.Host(get_json=functools.partial(readiness.http_json, api_key=""))
+    t = time.time()
+    record["verify_started_s"] = run.now()
     try:
-        services = [{"unit": instance["unit"], "url": url}]
+        record["verify"] = rollout.verify(host, instance, PROBE_TOKENS, MIN_ACCEPT)
+    except Exception as error:
+        record["verify_error"] = f"{type(error).__name__}: {error}"
+    record["verify_seconds"] = round(time.time() - t, 2)
+    record["verify_ended_s"] = run.now()
+    run.log(f"{tag}: verify() -> {record.get('verify', record.get('verify_error'))}")
+    probe = {"text": "sglang-fleet rollout probe:",
+             "sampling_params": {"max_new_tokens": PROBE_TOKENS, "temperature": 0, "ignore_eos": True}}
+    t = time.time()
+    answer = readiness.http_json(f"{url}/generate", probe, timeout=120)
+    seconds = time.time() - t
+    tokens = int(((answer or {}).get("meta_info") or {}).get("completion_tokens") or 0)
+    record["probe"] = {"tokens": tokens, "seconds": round(seconds, 4), "tokens_per_s": round(tokens / seconds, 1),
+                       "meta_info": (answer or {}).get("meta_info")}
+    record["running_requests"] = rollout.running_requests(url)
+    run.save(f"{tag}/generate.greedy256.json", exchange(f"{url}/generate", probe))
+    run.save(f"{tag}/server_info.after.json", exchange(f"{url}/server_info"))
+    metrics = exchange(f"{url}/metrics")
+    run.save(f"{tag}/metrics.txt", str(metrics.get("body_text", metrics.get("body", ""))))
+    run.save(f"{tag}/v1_models.json", exchange(f"{url}/v1/models"))
+    chat = {"model": "no-such-model", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16,
+            "temperature": 0}
+    run.save(f"{tag}/chat.unknown_model.json", exchange(f"{url}/v1/chat/completions", chat))
+
+
+def serve_and_verify(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Json, record: Json,
+                     ready_timeout: float, extra: Callable[[], None] | None = None) -> None:
+    """Launch the planned instance, wait() for it, verify() it, record the raw exchanges, then SIGTERM it.
+
+    `extra`, when given, runs after the recordings while the server still serves.
+    """
+    readiness = mods["sglang_readiness"]
+    server, health = launch(run, tag, instance, record, ready_timeout)
+    try:
+        services = [{"unit": instance["unit"], "url": instance["url"].rstrip("/")}]
         t = time.time()
         result = readiness.wait(services, "/health_generate", ready_timeout, 1.0, state=server.state)
         record["wait"] = result
         record["wait_seconds"] = round(time.time() - t, 2)
-        record["ready_after_launch_s"] = server.rel() if "failed" not in result else None
-        health.join(timeout=5)
-        health.stop.set()
-        record["health"] = health.record()
-        record["timeline_s"] = {key: server.first(rx) for key, rx in TIMELINE.items()}
-        run.save(f"{tag}/health.json", health.record())
         run.log(f"{tag}: wait() -> {result}")
-        if "failed" in result:
-            record["returncode"] = server.p.poll()
-            record["output_tail"] = server.tail(60)
+        if not record_ready(run, tag, server, health, "failed" not in result, record):
             return
         run.snapshot()
-        exchange = functools.partial(http, timeout=120)
-        run.save(f"{tag}/server_info.before.json", exchange(f"{url}/server_info"))
-        apps = sh(run, f"{tag}/nvidia-smi.compute-apps.serving",
-                  ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader,nounits"])
-        record["compute_apps_while_serving"] = apps.get("stdout")
-        host = rollout.Host(get_json=functools.partial(readiness.http_json, api_key=""))
-        t = time.time()
-        try:
-            record["verify"] = rollout.verify(host, instance, PROBE_TOKENS, MIN_ACCEPT)
-        except Exception as error:
-            record["verify_error"] = f"{type(error).__name__}: {error}"
-        record["verify_seconds"] = round(time.time() - t, 2)
-        run.log(f"{tag}: verify() -> {record.get('verify', record.get('verify_error'))}")
-        probe = {"text": "sglang-fleet rollout probe:",
-                 "sampling_params": {"max_new_tokens": PROBE_TOKENS, "temperature": 0, "ignore_eos": True}}
-        t = time.time()
-        answer = readiness.http_json(f"{url}/generate", probe, timeout=120)
-        seconds = time.time() - t
-        tokens = int(((answer or {}).get("meta_info") or {}).get("completion_tokens") or 0)
-        record["probe"] = {"tokens": tokens, "seconds": round(seconds, 4), "tokens_per_s": round(tokens / seconds, 1),
-                           "meta_info": (answer or {}).get("meta_info")}
-        record["running_requests"] = rollout.running_requests(url)
-        run.save(f"{tag}/generate.greedy256.json", exchange(f"{url}/generate", probe))
-        run.save(f"{tag}/server_info.after.json", exchange(f"{url}/server_info"))
-        metrics = exchange(f"{url}/metrics")
-        run.save(f"{tag}/metrics.txt", str(metrics.get("body_text", metrics.get("body", ""))))
-        run.save(f"{tag}/v1_models.json", exchange(f"{url}/v1/models"))
-        chat = {"model": "no-such-model", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16,
-                "temperature": 0}
-        run.save(f"{tag}/chat.unknown_model.json", exchange(f"{url}/v1/chat/completions", chat))
+        exercise(run, mods, tag, instance, record)
+        if extra is not None:
+            extra()
         run.snapshot()
     finally:
         health.stop.set()
@@ -577,19 +618,322 @@ def stage_facts(run: Run, mods: dict[str, types.ModuleType], model_dir: Path, re
     return {**facts, "model": model}
 
 
-def stage_cuda_smoke(run: Run, uuid: str, record: Json) -> None:
+def smoke_command() -> tuple[list[str], str] | None:
+    """The product's CUDA smoke check (and what it is); in a rehearsal, the simulator's answer to it."""
+    if LAUNCH_MODULE == "sglang_simulator":
+        return [PY, "-m", "sglang_simulator.cuda_check"], "sglang_simulator.cuda_check (rehearsal)"
     candidates = [ROOT / f"roles/{role}/files/cuda_smoke_check.py" for role in ("sglang_venv", "sglang_server")]
     script = next((path for path in candidates if path.exists()), None)
-    if script is None:
+    return ([PY, str(script)], str(script.relative_to(ROOT))) if script is not None else None
+
+
+def stage_cuda_smoke(run: Run, uuids: list[str], record: Json) -> None:
+    smoke = smoke_command()
+    if smoke is None:
         record["skipped"] = "no roles/*/files/cuda_smoke_check.py"
         return
-    record["script"] = str(script.relative_to(ROOT))
+    command, record["script"] = smoke
+    uuid = uuids[0] if uuids else "GPU-unknown"
     cases = {"uuid.expect1": (uuid, "1", 0), "uuid.expect2": (uuid, "2", 1), "index3.expect1": ("3", "1", 1)}
+    if len(uuids) >= 2:  # the second GPU alone, as a per-GPU instance sees it
+        cases["uuid1.expect1"] = (uuids[1], "1", 0)
     for name, (visible, expect, want_rc) in cases.items():
-        rec = sh(run, f"cuda_smoke/{name}", [PY, str(script), "--expect", expect], timeout=120,
+        rec = sh(run, f"cuda_smoke/{name}", [*command, "--expect", expect], timeout=120,
                  env={"CUDA_VISIBLE_DEVICES": visible})
         record[name] = {"returncode": rec.get("returncode"), "expected_returncode": want_rc,
                         "stdout": (rec.get("stdout") or "").strip()[-800:]}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Two GPUs: a ct129-shaped instance (tensor parallel 2) and a b200-shaped host (one instance per GPU)
+
+BATCH_PROMPTS = 8
+BATCH_TOKENS = 512
+
+
+def gpu_count(run: Run, facts: Json) -> Json:
+    """How many GPUs CUDA sees: torch.cuda.device_count() from the env stage; in a rehearsal (no GPU, the simulator
+    serving), the simulator's GPU list as nvidia-smi reports it."""
+    listed = len(facts.get("gpus") or [])
+    torch_count: int | None = None
+    for line in (run.summary["stages"].get("env") or {}).get("versions") or []:
+        match = re.fullmatch(r"torch\.cuda \S+ devices (\d+)", str(line).strip())
+        if match:
+            torch_count = int(match.group(1))
+    rehearsal = LAUNCH_MODULE != "sglang.launch_server"
+    count = listed if rehearsal else (torch_count or 0)
+    source = "nvidia-smi (rehearsal: the simulator's GPU list)" if rehearsal else "torch.cuda.device_count()"
+    return {"count": count, "source": source, "torch": torch_count, "nvidia_smi": listed}
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv and argv.index(flag) + 1 < len(argv) else None
+
+
+def batch_probe(run: Run, tag: str, url: str, record: Json) -> None:
+    """One all-reduce-heavy generation: BATCH_PROMPTS prompts at once, BATCH_TOKENS greedy tokens each."""
+    payload = {"text": [f"sglang-fleet all-reduce probe {i}:" + " tensor parallel" * i for i in range(BATCH_PROMPTS)],
+               "sampling_params": {"max_new_tokens": BATCH_TOKENS, "temperature": 0, "ignore_eos": True}}
+    rec = http(f"{url}/generate", payload, timeout=240)
+    run.save(f"{tag}/generate.batch{BATCH_PROMPTS}x{BATCH_TOKENS}.json", rec)
+    body = rec.get("body")
+    answers = [a for a in body if isinstance(a, dict)] if isinstance(body, list) else []
+    metas = [a.get("meta_info") or {} for a in answers]
+    each = [int(m.get("completion_tokens") or 0) for m in metas]
+    seconds = float(rec.get("seconds") or 0)
+    record["batch_probe"] = {
+        "status": rec["status"],
+        "prompts": BATCH_PROMPTS,
+        "max_new_tokens": BATCH_TOKENS,
+        "completion_tokens": each,
+        "tokens_total": sum(each),
+        "seconds": seconds,
+        "tokens_per_s": round(sum(each) / seconds, 1) if seconds else None,
+        "spec_accept_length": [m.get("spec_accept_length") for m in metas],
+        "ok": rec["status"] == 200 and each == [BATCH_TOKENS] * BATCH_PROMPTS,
+    }
+    run.log(f"{tag}: batch probe {record['batch_probe']['tokens_total']} tokens in {seconds:.2f} s")
+
+
+def smoke_all_reduce(run: Run, tag: str, instance: Json, record: Json) -> None:
+    """The product's CUDA smoke check with the instance's environment: --expect 2 --all-reduce (one process per GPU)."""
+    smoke = smoke_command()
+    if smoke is None:
+        record["cuda_smoke_all_reduce"] = {"skipped": "no roles/*/files/cuda_smoke_check.py"}
+        return
+    command, script = smoke
+    rec = sh(run, f"{tag}/cuda_smoke.expect2.all_reduce", [*command, "--expect", "2", "--all-reduce"], timeout=180,
+             env=instance["environment"])
+    stdout = (rec.get("stdout") or "").strip()
+    answer: Any = None
+    with contextlib.suppress(ValueError, IndexError):
+        answer = json.loads(stdout.splitlines()[-1])
+    record["cuda_smoke_all_reduce"] = {
+        "script": script,
+        "returncode": rec.get("returncode"),
+        "seconds": rec.get("seconds"),
+        "result": answer if answer is not None else stdout[-800:],
+        "ok": rec.get("returncode") == 0 and isinstance(answer, dict) and answer.get("all_reduce") is True,
+    }
+    run.log(f"{tag}: CUDA smoke check --expect 2 --all-reduce -> {record['cuda_smoke_all_reduce']['result']}")
+
+
+def stage_tp2(run: Run, mods: dict[str, types.ModuleType], facts: Json, record: Json) -> None:
+    """tests/hardware/host_vars/h200x2-tp2.yml planned, smoke-checked, launched, verified, probed, stopped."""
+    plan = make_plan(mods, facts, run, "tp2", host_vars="h200x2-tp2.yml")
+    record["problems"] = plan["problems"]
+    record["instances"] = len(plan["instances"])
+    if not plan["instances"]:
+        raise RuntimeError("the TP2 plan derived no instance")
+    instance = plan["instances"][0]
+    uuids = [str(gpu["uuid"]) for gpu in (facts.get("gpus") or [])[:2]]
+    record["plan_checks"] = {
+        "one_instance": len(plan["instances"]) == 1,
+        "cuda_visible_devices_both_uuids": instance["environment"].get("CUDA_VISIBLE_DEVICES") == ",".join(uuids),
+        "tp_size_2": flag_value(instance["argv"], "--tp-size") == "2",
+        "speculative_nextn": flag_value(instance["argv"], "--speculative-algorithm") == "NEXTN",
+    }
+    smoke_all_reduce(run, "tp2", instance, record)
+    url = instance["url"].rstrip("/")
+
+    def while_serving() -> None:
+        info = http(f"{url}/server_info", timeout=60).get("body")
+        record["server_info_tp_size"] = info.get("tp_size") if isinstance(info, dict) else None
+        batch_probe(run, "tp2", url, record)
+
+    serve_and_verify(run, mods, "tp2", instance, record, ready_timeout=min(200.0, max(90.0, run.left() - 200)),
+                     extra=while_serving)
+    record["checks"] = {
+        **record["plan_checks"],
+        "cuda_smoke_all_reduce": record["cuda_smoke_all_reduce"].get("ok"),
+        "ready": record.get("ready_after_launch_s") is not None,
+        "verified": "verify" in record,
+        "server_info_tp_size_2": record.get("server_info_tp_size") == 2,
+        "batch_probe": (record.get("batch_probe") or {}).get("ok"),
+        "mandatory_env": record.get("mandatory_env") == MANDATORY_ENV,
+    }
+
+
+def process_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, session id, name) of every process, from /proc/<pid>/stat."""
+    table: dict[int, tuple[int, int, str]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
+        table[int(stat.parent.name)] = (int(fields[1]), int(fields[3]), text[text.index("(") + 1 : text.rindex(")")])
+    return table
+
+
+def process_tree(root: int, table: dict[int, tuple[int, int, str]]) -> list[int]:
+    """`root` and its descendants (by parent PID: SGLang's scheduler and detokenizer are children of the launched
+    process) and any other process of its session (each server is launched in a session of its own)."""
+    tree = {root}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, sid, _) in table.items():
+            if pid not in tree and (ppid in tree or sid == root):
+                tree.add(pid)
+                grew = True
+    return sorted(tree)
+
+
+def gpu_placement(apps_csv: str, roots: dict[str, tuple[int, list[str]]]) -> Json:
+    """Maps every `nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory,process_name` row to the instance whose
+    process tree holds its PID; `ok` when no instance's process holds memory on a GPU other than its own and every
+    instance holds memory on its own GPU (else `problems` says which)."""
+    table = process_table()
+    owner: dict[int, str] = {}
+    trees: dict[str, list[int]] = {}
+    for tag, (root, _) in roots.items():
+        trees[tag] = process_tree(root, table)
+        owner.update({pid: tag for pid in trees[tag]})
+    rows: list[Json] = []
+    for line in apps_csv.splitlines():
+        parts = [part.strip() for part in line.split(",", 3)]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        pid = int(parts[0])
+        rows.append({"pid": pid, "gpu_uuid": parts[1], "used_mib": int(parts[2]) if parts[2].isdigit() else None,
+                     "process_name": parts[3] if len(parts) > 3 else "", "instance": owner.get(pid),
+                     "proc_name": table[pid][2] if pid in table else None})
+    problems: list[str] = []
+    instances: Json = {}
+    for tag, (root, own) in roots.items():
+        mine = [row for row in rows if row["instance"] == tag]
+        by_pid: dict[str, dict[str, int]] = {}
+        for row in mine:
+            gpus = by_pid.setdefault(str(row["pid"]), {})
+            gpus[row["gpu_uuid"]] = gpus.get(row["gpu_uuid"], 0) + (row["used_mib"] or 0)
+        own_mib = sum(row["used_mib"] or 0 for row in mine if row["gpu_uuid"] in own)
+        elsewhere = [row for row in mine if row["gpu_uuid"] not in own]
+        instances[tag] = {
+            "root_pid": root,
+            "gpu_uuids": own,
+            "processes": {str(pid): table[pid][2] if pid in table else None for pid in trees[tag]},
+            "gpu_memory_mib_by_pid": by_pid,
+            "own_gpu_mib": own_mib,
+            "other_gpu_mib": sum(row["used_mib"] or 0 for row in elsewhere),
+        }
+        for row in elsewhere:
+            problems.append(f"{tag}: PID {row['pid']} ({row['process_name']}) holds {row['used_mib']} MiB on "
+                            f"{row['gpu_uuid']}, not its GPU {','.join(own)}")
+        if own_mib <= 0:
+            problems.append(f"{tag}: no process of its tree (PIDs {trees[tag]}) holds memory on its GPU {','.join(own)}")
+    return {"rows": rows, "instances": instances, "unmapped": [row for row in rows if row["instance"] is None],
+            "problems": problems, "ok": not problems}
+
+
+def stage_per_gpu(run: Run, mods: dict[str, types.ModuleType], facts: Json, record: Json) -> None:
+    """tests/hardware/host_vars/h200x2-per-gpu.yml: both instances launched at once, ready (one wait() over both) and
+    verified at the same time, the GPU memory of each one's processes mapped, then both stopped."""
+    readiness = mods["sglang_readiness"]
+    plan = make_plan(mods, facts, run, "per_gpu", host_vars="h200x2-per-gpu.yml")
+    record["problems"] = plan["problems"]
+    instances: list[Json] = plan["instances"]
+    record["instances"] = len(instances)
+    if len(instances) != 2:
+        raise RuntimeError(f"the per-GPU plan derived {len(instances)} instance(s), expected 2")
+    uuids = [str(gpu["uuid"]) for gpu in (facts.get("gpus") or [])[:2]]
+    record["plan_checks"] = {
+        "distinct_ports": len({i["port"] for i in instances}) == 2,
+        "distinct_nccl_ports": len({i["nccl_port"] for i in instances}) == 2,
+        "one_uuid_each": [i["environment"].get("CUDA_VISIBLE_DEVICES") for i in instances] == uuids,
+        "tp_size_1": all(flag_value(i["argv"], "--tp-size") == "1" for i in instances),
+    }
+    tags = [f"per_gpu.{i['port']}" for i in instances]
+    record["instance_stages"] = tags
+    records: dict[str, Json] = {}
+    with run.lock:
+        for tag in tags:
+            records[tag] = run.summary["stages"][tag] = {"t_start_s": run.now()}
+    ready_timeout = min(180.0, run.left() - 60)
+    launched: dict[str, tuple[Server, HealthRecorder]] = {}
+    placement: Json = {}
+    try:
+        for tag, instance in zip(tags, instances, strict=True):
+            launched[tag] = launch(run, tag, instance, records[tag], ready_timeout)
+        states = {instance["unit"]: launched[tag][0].state for tag, instance in zip(tags, instances, strict=True)}
+        services = [{"unit": i["unit"], "url": i["url"].rstrip("/")} for i in instances]
+        t = time.time()
+        result = readiness.wait(services, "/health_generate", ready_timeout, 1.0, state=lambda unit: states[unit](unit))
+        record["wait"] = result
+        record["wait_seconds"] = round(time.time() - t, 2)
+        run.log(f"per_gpu: wait() over both -> {result}")
+        for tag, instance in zip(tags, instances, strict=True):
+            records[tag]["wait"] = result
+            server, health = launched[tag]
+            record_ready(run, tag, server, health, instance["unit"] in (result.get("ready") or {}), records[tag])
+        if "failed" in result:
+            return
+        record["both_ready_s"] = run.now()
+        run.snapshot()
+
+        def exercise_one(tag: str, instance: Json) -> None:
+            try:
+                exercise(run, mods, tag, instance, records[tag])
+            except Exception as error:
+                records[tag]["error"] = f"{type(error).__name__}: {error}"
+                records[tag]["traceback"] = traceback.format_exc()
+
+        threads = [threading.Thread(target=exercise_one, args=(tag, instance), daemon=True)
+                   for tag, instance in zip(tags, instances, strict=True)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=max(1.0, min(240.0, run.left() - 30)))
+        windows = [(records[tag].get("verify_started_s"), records[tag].get("verify_ended_s")) for tag in tags]
+        record["verify_windows_s"] = dict(zip(tags, windows, strict=True))
+        starts = [w[0] for w in windows if w[0] is not None]
+        ends = [w[1] for w in windows if w[1] is not None]
+        record["verified_concurrently"] = len(starts) == len(ends) == 2 and max(starts) < min(ends)
+        record["both_verified"] = all("verify" in records[tag] for tag in tags)
+        apps = sh(run, "per_gpu/nvidia-smi.compute-apps.both-serving",
+                  ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader,nounits"])
+        roots = {tag: (launched[tag][0].p.pid, list(instance["gpu_uuids"]))
+                 for tag, instance in zip(tags, instances, strict=True)}
+        placement = gpu_placement(apps.get("stdout") or "", roots)
+        sh(run, "per_gpu/nvidia-smi.query-gpu.both-serving",
+           ["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
+        run.save("per_gpu/placement.json", placement)
+        record["gpu_memory_by_instance"] = {
+            tag: {"gpu_uuids": entry["gpu_uuids"], "own_gpu_mib": entry["own_gpu_mib"],
+                  "other_gpu_mib": entry["other_gpu_mib"], "gpu_memory_mib_by_pid": entry["gpu_memory_mib_by_pid"]}
+            for tag, entry in placement["instances"].items()
+        }
+        record["unmapped_compute_apps"] = placement["unmapped"]
+        record["placement_problems"] = placement["problems"]
+        record["memory_only_on_own_gpu"] = "pass" if placement["ok"] else "fail"
+        run.log(f"per_gpu: memory only on own GPU: {record['memory_only_on_own_gpu']} {placement['problems']}")
+    finally:
+        def stop(tag: str) -> None:
+            server, health = launched[tag]
+            health.stop.set()
+            records[tag]["sigterm"] = server.sigterm()
+            records[tag].setdefault("output_tail", server.tail(15))
+            run.log(f"{tag}: shutdown {records[tag]['sigterm']}")
+
+        stoppers = [threading.Thread(target=stop, args=(tag,), daemon=True) for tag in launched]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join(timeout=60)
+        for tag in tags:
+            records[tag]["seconds"] = round(run.now() - records[tag]["t_start_s"], 2)
+            records[tag]["ok"] = records[tag].get("ready_after_launch_s") is not None and "verify" in records[tag]
+        record["checks"] = {
+            **record["plan_checks"],
+            "both_ready": "failed" not in (record.get("wait") or {"failed": "not waited"}),
+            "both_verified": record.get("both_verified", False),
+            "verified_concurrently": record.get("verified_concurrently", False),
+            "memory_only_on_own_gpu": record.get("memory_only_on_own_gpu") == "pass",
+            "mandatory_env": all(records[tag].get("mandatory_env") == MANDATORY_ENV for tag in tags),
+        }
+    if placement and not placement["ok"]:
+        raise AssertionError("memory on another instance's GPU: " + "; ".join(placement["problems"]))
 
 
 def main() -> int:
@@ -648,6 +992,40 @@ def dry_run(run: Run) -> int:
         ngram = make_plan(mods, facts, run, "ngram", sglang_speculative={"algorithm": "NGRAM", "num_draft_tokens": 4})
         record["problems"] = ngram["problems"]
         record["argv"] = ngram["instances"][0]["argv"] if ngram["instances"] else None
+    second = {**facts["gpus"][0], "index": 1, "uuid": "GPU-11111111-2222-3333-4444-555555555555", "minor_number": 1,
+              "pci_bus_id": "00000000:00:06.0", "device": "/dev/nvidia1"}
+    facts2: Json = {**facts, "gpus": [facts["gpus"][0], second]}
+    uuids = [gpu["uuid"] for gpu in facts2["gpus"]]
+    with run.stage("tp2_plan") as record:
+        tp2 = make_plan(mods, facts2, run, "tp2", host_vars="h200x2-tp2.yml")
+        record["problems"] = tp2["problems"]
+        record["argv"] = tp2["instances"][0]["argv"] if tp2["instances"] else None
+        record["environment"] = tp2["instances"][0]["environment"] if tp2["instances"] else None
+        if tp2["problems"] or len(tp2["instances"]) != 1:
+            raise AssertionError(f"{len(tp2['instances'])} instance(s), problems {tp2['problems']}")
+        assert record["environment"]["CUDA_VISIBLE_DEVICES"] == ",".join(uuids), record["environment"]
+        assert flag_value(record["argv"], "--tp-size") == "2", record["argv"]
+    with run.stage("per_gpu_plan") as record:
+        per_gpu = make_plan(mods, facts2, run, "per_gpu", host_vars="h200x2-per-gpu.yml")
+        record["problems"] = per_gpu["problems"]
+        record["instances"] = [{key: i[key] for key in ("name", "port", "nccl_port", "argv", "environment")}
+                               for i in per_gpu["instances"]]
+        if per_gpu["problems"] or len(per_gpu["instances"]) != 2:
+            raise AssertionError(f"{len(per_gpu['instances'])} instance(s), problems {per_gpu['problems']}")
+        assert [i["environment"]["CUDA_VISIBLE_DEVICES"] for i in per_gpu["instances"]] == uuids
+        assert len({i["nccl_port"] for i in per_gpu["instances"]}) == 2
+    with run.stage("plan_gpu0_of_2") as record:  # h200.yml on a 2-GPU machine, kept to GPU 0 as real_run does
+        gpu0 = make_plan(mods, facts2, run, "plan_gpu0_of_2", sglang_gpu_ids=[0])
+        record["instances"] = len(gpu0["instances"])
+        assert len(gpu0["instances"]) == 1 and gpu0["instances"][0]["environment"]["CUDA_VISIBLE_DEVICES"] == uuids[0]
+        assert gpu0["instances"][0]["argv"] == instance["argv"], "h200.yml renders differently on two GPUs"
+    with run.stage("placement") as record:  # the mapping of compute apps to process trees, on this process
+        me = os.getpid()
+        apps = f"{me}, {uuids[0]}, 1000, python3\n{me}, {uuids[1]}, 10, python3\n"
+        good = gpu_placement(apps, {"a": (me, [uuids[0], uuids[1]])})
+        bad = gpu_placement(apps, {"a": (me, [uuids[0]])})
+        record["good"], record["bad"] = good["ok"], bad["problems"]
+        assert good["ok"] and not bad["ok"], (good, bad)
     print(json.dumps(run.summary, indent=1, default=str))
     ok = all(stage.get("ok") for stage in run.summary["stages"].values())
     return 0 if ok else 1
@@ -665,14 +1043,26 @@ def real_run(run: Run, models: Path) -> int:
     facts: Json = {}
     with run.stage("facts") as record:
         facts = stage_facts(run, mods, models / "tiny-mimo-mtp", record)
-    gpus = facts.get("gpus") or []
-    uuid = str(gpus[0]["uuid"]) if gpus else "GPU-unknown"
+    uuids = [str(gpu["uuid"]) for gpu in facts.get("gpus") or []]
     with run.stage("cuda_smoke", needs_s=300) as record:
         if "skipped" not in record:
-            stage_cuda_smoke(run, uuid, record)
+            stage_cuda_smoke(run, uuids, record)
+    # Two GPUs: the two-GPU stages first (the single-GPU ones below are recorded already), and the single-GPU
+    # host's plan kept to GPU 0 (h200.yml names no GPUs: on two it would plan one instance per GPU).
+    count = gpu_count(run, facts)
+    run.summary["gpu_count"] = count
+    two = count["count"] >= 2 and len(uuids) >= 2
+    why = "" if two else f"{count['count']} GPU(s) by {count['source']}, nvidia-smi lists {len(uuids)}; the stage needs 2"
+    with run.stage("tp2", needs_s=150, skip=why) as record:
+        if "skipped" not in record:
+            stage_tp2(run, mods, facts, record)
+    with run.stage("per_gpu", needs_s=130, skip=why) as record:
+        if "skipped" not in record:
+            stage_per_gpu(run, mods, facts, record)
+    single: Json = {"sglang_gpu_ids": [0]} if two else {}
     instance: Json | None = None
     with run.stage("plan") as record:
-        plan = make_plan(mods, facts, run, "plan")
+        plan = make_plan(mods, facts, run, "plan", **single)
         record["support_table"] = plan["support_table"]
         record["problems"] = plan["problems"]
         record["instances"] = len(plan["instances"])
@@ -715,7 +1105,8 @@ def real_run(run: Run, models: Path) -> int:
         failure_thread.join(timeout=max(1.0, run.left() - 100))
     with run.stage("ngram", needs_s=150) as record:
         if "skipped" not in record:
-            ngram = make_plan(mods, facts, run, "ngram", sglang_speculative={"algorithm": "NGRAM", "num_draft_tokens": 4})
+            ngram = make_plan(mods, facts, run, "ngram", sglang_speculative={"algorithm": "NGRAM", "num_draft_tokens": 4},
+                              **single)
             record["problems"] = ngram["problems"]
             if not ngram["instances"]:
                 raise RuntimeError("the NGRAM plan derived no instance")
@@ -742,6 +1133,21 @@ def headline(run: Run) -> None:
         }
     for tag, st in (stages.get("failures") or {}).items():
         head[tag] = {k: st.get(k) for k in ("returncode", "seconds_to_exit", "error_lines", "skipped", "error")}
+    for tag in ("tp2", "per_gpu"):
+        st = stages.get(tag) or {}
+        head[tag] = {key: st.get(key) for key in ("skipped", "error", "problems", "checks")}
+    head["tp2"].update({key: (stages.get("tp2") or {}).get(key) for key in (
+        "ready_after_launch_s", "verify", "verify_error", "cuda_smoke_all_reduce", "sigterm")})
+    head["tp2"]["probe_tokens_per_s"] = ((stages.get("tp2") or {}).get("probe") or {}).get("tokens_per_s")
+    head["tp2"]["batch_probe"] = {key: ((stages.get("tp2") or {}).get("batch_probe") or {}).get(key)
+                                  for key in ("tokens_total", "seconds", "tokens_per_s", "ok")}
+    per_gpu = stages.get("per_gpu") or {}
+    head["per_gpu"].update({key: per_gpu.get(key) for key in (
+        "wait", "verified_concurrently", "memory_only_on_own_gpu", "gpu_memory_by_instance", "placement_problems")})
+    for tag in per_gpu.get("instance_stages") or []:
+        st = stages.get(tag) or {}
+        head[tag] = {key: st.get(key) for key in ("ready_after_launch_s", "verify", "verify_error", "sigterm", "error")}
+    head["gpu_count"] = run.summary.get("gpu_count")
     head["cuda_smoke"] = stages.get("cuda_smoke")
     head["plan_problems"] = (stages.get("plan") or {}).get("problems")
     run.summary["headline"] = head

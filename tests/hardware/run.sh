@@ -1,6 +1,7 @@
 #!/bin/bash
 # The real-hardware run, on the lent GPU machine, from the repository root:
 #   command: bash tests/hardware/run.sh      carry: [".hardware"]      (built here by `make hardware-bundle`)
+#   kind nvidia-h200 (one GPU), or nvidia-h200-x2 for the two-GPU stages tp2 and per_gpu (README.md)
 # Unpacks the bundle under /tmp, then tests/hardware/driver.py runs every stage within BUDGET_S seconds of the start
 # and leaves $OUT/results.tar.gz (rewritten after every stage), $OUT/caches.tar.gz and $OUT/run.log.
 export T0

@@ -46,10 +46,23 @@ def client(number: int) -> None:
                     errors.append(error)
 
 
+def admin_key() -> str:
+    """The router's admin key (its /workers needs it), from the keys file the router reads; runs as root on the host."""
+    try:
+        with open("/etc/sglang-fleet/secrets/router.json", encoding="utf-8") as handle:
+            return str(json.load(handle).get("admin_key") or "")
+    except OSError:
+        return ""
+
+
 def sampler() -> None:
+    request = urllib.request.Request(f"{ROUTER}/workers")
+    key = admin_key()
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
     while running():
         try:
-            with urllib.request.urlopen(f"{ROUTER}/workers", timeout=5) as response:
+            with urllib.request.urlopen(request, timeout=5) as response:
                 workers = json.loads(response.read())["workers"]
             in_rotation.append(sum(1 for worker in workers if worker.get("is_healthy")))
         except Exception:

@@ -102,6 +102,8 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(sandbox: Run
     inventory = overlay_inventory(tmp_path)
     (inventory / "group_vars" / "all.yml").write_text((inventory / "group_vars" / "all.yml").read_text() + "\n" + encrypted)
     vault = f"--vault-password-file {password}"
+    # The journal since now: the sandbox hosts keep theirs across test sessions.
+    since = on_host("b200", "date", "+%Y-%m-%d %H:%M:%S").strip()
     try:
         keyed = run_playbook("deploy.yml", inventory=inventory, cmdline=f"{vault} --diff")
         assert keyed.rc == 0, keyed.failure_messages()
@@ -111,13 +113,33 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(sandbox: Run
             "stat",
             "--format=%n %a %U",
             "/etc/sglang-fleet/secrets/sglang-30003.yaml",
-            "/etc/sglang-fleet/secrets/router.env",
+            "/etc/sglang-fleet/secrets/router.json",
         )
         assert listing.split("\n")[:2] == [
             "/etc/sglang-fleet/secrets/sglang-30003.yaml 600 sglang",
-            "/etc/sglang-fleet/secrets/router.env 600 root",
+            "/etc/sglang-fleet/secrets/router.json 600 sglang",
         ]
         assert API_KEY not in on_host("b200", "systemctl", "cat", "sglang-30003.service")
+        # The router's keys reach it through its launcher: not in its command line, nor in its environment.
+        admin_key = json.loads(on_host("b200", "cat", "/etc/sglang-fleet/secrets/router.json"))["admin_key"]
+        assert len(admin_key) == 40 and admin_key != API_KEY
+        assert all(admin_key not in json.dumps(event) for event in keyed.events), "the admin key appears in the output"
+        router_pid = on_host("b200", "systemctl", "show", "--property=MainPID", "--value", "sglang-router.service").strip()
+        assert router_pid not in ("", "0")
+        for name in ("cmdline", "environ"):
+            shown = on_host("b200", "cat", f"/proc/{router_pid}/{name}")
+            assert API_KEY not in shown and admin_key not in shown, f"a key is in the router's /proc/<pid>/{name}"
+        assert API_KEY not in on_host("b200", "systemctl", "cat", "sglang-router.service")
+        # The client key serves requests, the admin key (only) manages the router's workers.
+        assert router_status("b200", "/workers", API_KEY) == 401
+        assert router_status("b200", "/workers", admin_key) == 200
+        assert router_status("b200", "/workers", "") == 401
+        # SGLang (here the simulator) logs its settings with the key at every start; the launcher redacts it,
+        # also where systemd is too old for the unit's LogFilterPatterns= (Debian 12's 252).
+        journal = on_host("b200", "journalctl", "--no-pager", "-o", "cat", f"--since={since}", "-u", "sglang-30003.service")
+        assert API_KEY not in journal, "the key reached the journal"
+        unit = on_host("b200", "systemctl", "cat", "sglang-30003.service")
+        assert "'api_key': '<redacted>'" in journal or "LogFilterPatterns=~api_key" in unit
         assert http_status("b200", "http://127.0.0.1:30003/v1/models") == 401
         assert http_status("b200", "http://127.0.0.1:30003/health_generate") == 200
         status = run_playbook("playbooks/status.yml", inventory=inventory, cmdline=vault)
@@ -136,7 +158,19 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(sandbox: Run
         restored = run_playbook("deploy.yml")
     assert restored.rc == 0, restored.failure_messages()
     assert http_status("b200", "http://127.0.0.1:30003/v1/models") == 200
-    assert on_host("b200", "ls", "/etc/sglang-fleet/secrets") == ""
+    assert on_host("b200", "ls", "/etc/sglang-fleet/secrets") == "router.json\n", "only the router's admin key is left"
+    assert json.loads(on_host("b200", "cat", "/etc/sglang-fleet/secrets/router.json"))["api_key"] == ""
+
+
+def router_status(host: str, path: str, key: str) -> int:
+    """HTTP status of a GET of b200's router with a Bearer key, made inside the host."""
+    script = (
+        "import sys, urllib.request, urllib.error\n"
+        "request = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]})\n"
+        "try:\n    print(urllib.request.urlopen(request, timeout=30).status)\n"
+        "except urllib.error.HTTPError as error:\n    print(error.code)\n"
+    )
+    return int(on_host(host, "python3", "-c", script, f"http://127.0.0.1:30100{path}", key).strip())
 
 
 def test_check_mode_tells_the_truth_and_changes_nothing(sandbox: Run, tmp_path: Path) -> None:

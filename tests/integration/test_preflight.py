@@ -56,6 +56,18 @@ def model_variant(host: str, name: str, **change: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def model_at(host: str, target: str, remove: str, *commands: str) -> Iterator[None]:
+    """A complete copy of the stand-in model at `target`, then `commands` (sh -c) on the host; `remove` goes after."""
+    on_host(host, "python3", "-c", MAKE_MODEL_VARIANT, MODEL, target, "{}")
+    try:
+        for command in commands:
+            on_host(host, "sh", "-c", command)
+        yield
+    finally:
+        on_host(host, "rm", "-rf", remove)
+
+
+@contextlib.contextmanager
 def foreign_process(host: str, pattern: str, *command: str) -> Iterator[None]:
     background(host, *command)
     try:
@@ -93,6 +105,15 @@ SETUPS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     ),
     "model_without_mtp": lambda: model_variant("ct129", "without-mtp", drop_mtp=True),
     "driver_550_on_ct129": lambda: driver_version("ct129", "550.163.01"),
+    # Readable by root, who runs preflight, but not by the servers' account (ProtectHome=yes; a 0600 shard).
+    "model_under_home": lambda: model_at("b200", "/home/preflight-models/Qwen3.6-27B", "/home/preflight-models"),
+    "model_shard_unreadable": lambda: model_at(
+        "b200",
+        "/srv/models/shard-unreadable",
+        "/srv/models/shard-unreadable",
+        "chmod 0755 /srv/models/shard-unreadable && chmod 0644 /srv/models/shard-unreadable/*"
+        " && chmod 0600 /srv/models/shard-unreadable/model-00002-of-00011.safetensors",
+    ),
 }
 
 

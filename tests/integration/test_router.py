@@ -8,19 +8,30 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fleet import Run, http_status, load_through_router, on_host, overlay_inventory, run_playbook, unit_starts
+from fleet import ROOT, Run, http_status, load_through_router, on_host, overlay_inventory, run_playbook, unit_starts
 
 ROUTER = "http://127.0.0.1:30100"
 
 
-def test_router_serves_and_lists_every_worker(sandbox: Run) -> None:
+LIST_WORKERS = """
+import json, sys, urllib.error, urllib.request
+key = json.load(open("/etc/sglang-fleet/secrets/router.json"))["admin_key"] if sys.argv[2] == "admin" else ""
+request = urllib.request.Request(sys.argv[1] + "/workers", headers={"Authorization": "Bearer " + key} if key else {})
+try:
+    print(urllib.request.urlopen(request, timeout=30).read().decode())
+except urllib.error.HTTPError as error:
+    print(json.dumps({"status": error.code}))
+"""
+
+
+def test_router_serves_and_lists_every_worker_to_its_admin_key_only(sandbox: Run) -> None:
     assert http_status("b200", f"{ROUTER}/readiness") == 200
-    workers = json.loads(
-        on_host(
-            "b200", "python3", "-c", f"import urllib.request; print(urllib.request.urlopen('{ROUTER}/workers').read().decode())"
-        )
-    )
+    workers = json.loads(on_host("b200", "python3", "-c", LIST_WORKERS, ROUTER, "admin"))
     assert sorted(worker["url"] for worker in workers["workers"]) == [f"http://127.0.0.1:{30000 + i}" for i in range(7)]
+    # Without a key (any local account, by default) the worker registry is closed.
+    assert json.loads(on_host("b200", "python3", "-c", LIST_WORKERS, ROUTER, "none")) == {"status": 401}
+    keys = on_host("b200", "stat", "--format=%a %U", "/etc/sglang-fleet/secrets/router.json").strip()
+    assert keys == "600 sglang"
 
 
 def test_rolling_restart_under_load_fails_no_request(sandbox: Run, tmp_path: Path) -> None:
@@ -78,3 +89,34 @@ def test_router_preflight_refuses_a_port_of_an_instance(sandbox: Run, tmp_path: 
     refused = run_playbook("deploy.yml", inventory=inventory, tags="preflight")
     assert refused.rc != 0
     assert "b200 router: sglang_router_port=30003: port 30003 is sglang-30003" in "\n".join(refused.failure_messages())
+
+
+def router_key() -> str:
+    """The key b200's router wants on /workers: its admin key where it has one, else the clients' key, else none."""
+    text = on_host("b200", "sh", "-c", "cat /etc/sglang-fleet/secrets/router.json 2>/dev/null || true").strip()
+    keys = json.loads(text) if text else {}
+    return str(keys.get("admin_key") or keys.get("api_key") or "")
+
+
+def router_worker_urls(healthy: bool = False) -> list[str]:
+    """The workers b200's router lists (only those it lists as healthy, with `healthy`), asked on the host."""
+    client = (ROOT / "roles/sglang_server/module_utils/sglang_router_client.py").read_text()
+    listing = f"\nimport json\nprint(json.dumps(list_workers({ROUTER!r}, api_key={router_key()!r})))\n"
+    workers = json.loads(on_host("b200", "python3", "-c", client + listing))
+    return sorted(str(w["url"]) for w in workers if w.get("is_healthy") is True or not healthy)
+
+
+def test_a_worker_left_out_of_the_router_is_put_back_by_the_next_run(sandbox: Run) -> None:
+    """As if a run died between taking sglang-30003 out of the router and adding it back: the next run adds it."""
+    client = (ROOT / "roles/sglang_server/module_utils/sglang_router_client.py").read_text()
+    removal = f"\nprint(remove_worker({ROUTER!r}, 'http://127.0.0.1:30003', api_key={router_key()!r}))\n"
+    assert on_host("b200", "python3", "-c", client + removal).strip() == "True"
+    assert "http://127.0.0.1:30003" not in router_worker_urls()
+    starts = unit_starts("b200")
+    converged = run_playbook("deploy.yml", limit="b200")
+    assert converged.rc == 0, converged.failure_messages()
+    reconciled = [(host, task) for host, task, _ in converged.changed() if task.startswith("Reconcile the router's workers")]
+    assert reconciled == [("b200", "Reconcile the router's workers with the planned instances")], converged.changed()
+    assert router_worker_urls(healthy=True) == [f"http://127.0.0.1:{30000 + i}" for i in range(7)]
+    assert unit_starts("b200") == starts, "no worker was restarted for it"
+    assert run_playbook("deploy.yml", limit="b200").changed() == [], "the next run finds nothing to reconcile"

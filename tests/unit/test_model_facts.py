@@ -39,3 +39,24 @@ def test_mtp_layers_at_the_top_level_and_without_an_index(tmp_path: Path) -> Non
 
 def test_absent_directory(tmp_path: Path) -> None:
     assert module.describe(str(tmp_path / "nope"), {}) == {"path": str(tmp_path / "nope"), "exists": False}
+
+
+def test_text_model_shape_is_read_from_text_config(model_facts: dict[str, Any]) -> None:
+    """Qwen3.5/3.6 nest the language model's settings in text_config; the plan checks tp and context against them."""
+    assert model_facts["num_attention_heads"] == 24
+    assert model_facts["num_key_value_heads"] == 4
+    assert model_facts["hidden_size"] == 5120
+    assert model_facts["max_position_embeddings"] == 262144
+    assert model_facts["context_length"] == 262144
+
+
+def test_shape_at_the_top_level_kv_heads_default_and_rope_scaling(tmp_path: Path) -> None:
+    config = {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 32, "hidden_size": 4096,
+              "max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0}}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    facts = module.describe(str(tmp_path), {})
+    assert facts["num_attention_heads"] == 32 and facts["num_key_value_heads"] == 32
+    assert facts["context_length"] == 131072, "SGLang multiplies a plain RoPE scaling factor in"
+    config["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert module.describe(str(tmp_path), {})["context_length"] == 32768

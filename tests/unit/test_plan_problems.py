@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,107 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
     ("port-overlap", "b200", {"sglang_nccl_port_base": 30003}, {}, "port 30003 is also sglang-30000's sglang_nccl_port_base"),
     ("renamed-flag", "b200", {"sglang_server_args": {"cuda-graph-max-bs": 512}}, {}, "use --cuda-graph-max-bs-decode"),
     ("managed-flag", "b200", {"sglang_server_args": {"tp-size": 2}}, {}, "use sglang_tensor_parallel_size"),
+    # Item 2: secrets and the aliases of managed flags (argparse dest), and a second --config.
+    ("secret-api-key", "b200", {"sglang_server_args": {"api-key": "sk-x"}}, {}, "keep it in ansible-vault as sglang_api_key"),
+    ("secret-admin-key", "b200", {"sglang_server_args": {"admin-api-key": "sk-x"}}, {}, "--admin-api-key is a secret"),
+    (
+        "secret-ssl-password",
+        "b200",
+        {"sglang_server_args": {"ssl-keyfile-password": "pw"}},
+        {},
+        'sglang_server_args.ssl-keyfile-password="<hidden>": --ssl-keyfile-password is a secret',
+    ),
+    (
+        "alias-model",
+        "b200",
+        {"sglang_server_args": {"model": "/srv/other"}},
+        {},
+        "--model (an alias of --model-path) is set by sglang-fleet; fix: use sglang_model_path",
+    ),
+    (
+        "alias-tensor-parallel",
+        "b200",
+        {"sglang_server_args": {"tensor-parallel-size": 2}},
+        {},
+        "--tensor-parallel-size (an alias of --tp-size) is set by sglang-fleet; fix: use sglang_tensor_parallel_size",
+    ),
+    ("alias-data-parallel", "b200", {"sglang_server_args": {"data-parallel-size": 2}}, {}, "use sglang_data_parallel_size"),
+    (
+        "alias-pipeline-parallel",
+        "b200",
+        {"sglang_server_args": {"pipeline_parallel_size": 2}},
+        {},
+        "use sglang_pipeline_parallel_size",
+    ),
+    (
+        "override-alias",
+        "b200",
+        {"sglang_instance_overrides": {1: {"server_args": {"tensor-parallel-size": 2}}}},
+        {},
+        "b200 instance sglang-30001: sglang_instance_overrides.1.server_args.tensor-parallel-size=2: --tensor-parallel-size",
+    ),
+    ("second-config", "b200", {"sglang_server_args": {"config": "/etc/x.yaml"}}, {}, "--config is set by sglang-fleet"),
+    # Item 16: control characters in anything that reaches a rendered file.
+    ("control-model-path", "b200", {"sglang_model_path": "/srv/m\nExecStartPre=/bin/sh"}, {}, "sglang_model_path="),
+    ("control-served-name", "b200", {"sglang_served_model_name": "q\tq"}, {}, "control character U+0009"),
+    ("control-listen-host", "b200", {"sglang_listen_host": "127.0.0.1\r"}, {}, 'sglang_listen_host="127.0.0.1\\r": contains'),
+    (
+        "control-arg-value",
+        "b200",
+        {"sglang_server_args": {"tool-call-parser": "qwen\n"}},
+        {},
+        'tool-call-parser="qwen\\n": contains',
+    ),
+    ("control-arg-key", "b200", {"sglang_server_args": {"dtype\n": "auto"}}, {}, "control character U+000A"),
+    ("control-speculative", "b200", {"sglang_speculative": {"algorithm": "EAGLE\x7f"}}, {}, "U+007F"),
+    ("control-env-value", "b200", {"sglang_environment": {"NCCL_DEBUG": "WARN\nX=1"}}, {}, "sglang_environment.NCCL_DEBUG="),
+    ("control-env-name", "b200", {"sglang_environment": {"A\x1bB": "1"}}, {}, "U+001B"),
+    (
+        "control-override",
+        "b200",
+        {"sglang_instance_overrides": {0: {"environment": {"X": "a\nb"}}}},
+        {},
+        "sglang_instance_overrides.0=",
+    ),
+    # Item 17: what SGLang refuses at start, and what no careful operator wants.
+    (
+        "context-too-long",
+        "b200",
+        {"sglang_server_args": {"context-length": 300000}},
+        {},
+        "sglang_server_args.context-length=300000: above the model's context length 262144",
+    ),
+    (
+        "heads-not-divisible",
+        "b200",
+        {"sglang_tensor_parallel_size": 7, "sglang_gpus_per_instance": 7},
+        {},
+        "the model's 24 attention heads cannot be split over 7",
+    ),
+    ("mem-fraction-one", "b200", {"sglang_server_args": {"mem-fraction-static": 1.0}}, {}, "must be between 0 and 1"),
+    ("mem-fraction-zero", "b200", {"sglang_server_args": {"mem-fraction-static": 0}}, {}, "must be between 0 and 1"),
+    (
+        "max-running-zero",
+        "b200",
+        {"sglang_server_args": {"max-running-requests": 0}},
+        {},
+        "max-running-requests=0: must be at least 1",
+    ),
+    (
+        "override-names-no-instance",
+        "b200",
+        {"sglang_instance_overrides": {9: {"server_args": {"hicache-size": 10}}}},
+        {},
+        "b200 host: sglang_instance_overrides.9=",
+    ),
+    (
+        "unknown-variable",
+        "b200",
+        {"hostvars": {"b200": {"sglang_tensor_paralel_size": 2, "sglang_port_base": 30000}}},
+        {},
+        "b200 host: sglang_tensor_paralel_size: no role of sglang-fleet reads this variable, so it changes nothing "
+        "(did you mean sglang_tensor_parallel_size?)",
+    ),
     (
         "not-a-number",
         "b200",
@@ -139,3 +241,153 @@ def test_command_lines_the_runtime_parser_refused_are_problems(plan: Plan) -> No
     assert "AssertionError: speculative_num_steps must be set" in problems[1]
     assert sglang_parse_problems(instances, {"rc": 1, "stdout": ""}, "b200") == [], "a checker that could not run is no verdict"
     assert sglang_parse_problems(instances, {"skipped": True}, "b200") == []
+
+
+def test_a_secret_is_never_shown_in_the_problem(plan: Plan) -> None:
+    problems = plan("b200", sglang_server_args={"api-key": "sk-very-secret", "ssl-keyfile-password": "hunter2"})["problems"]
+    assert len(problems) == 2
+    assert not any("sk-very-secret" in p or "hunter2" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    "key", ["model", "model-path", "tensor-parallel-size", "data-parallel-size", "pipeline-parallel-size", "config", "--port"]
+)
+def test_a_managed_setting_under_any_spelling_renders_no_second_flag(plan: Plan, key: str) -> None:
+    result = plan("b200", sglang_server_args={key: 2})
+    assert len(result["problems"]) == 1 and "is set by sglang-fleet" in result["problems"][0]
+    for instance in result["instances"]:
+        assert "--" + key.removeprefix("--") not in instance["argv"] or key in ("model-path", "--port")
+
+
+def test_the_checked_argv_is_the_units_argv_with_the_key_file(plan: Plan) -> None:
+    from sglang_plan import sglang_checked_command_lines
+
+    instances = plan("b200", sglang_api_key="sk-x")["instances"]
+    assert all(i["argv"][-2:] == ["--config", f"/etc/sglang-fleet/secrets/{i['name']}.yaml"] for i in instances)
+    assert sum(word == "--config" for word in instances[0]["argv"]) == 1
+    checked = sglang_checked_command_lines(instances)
+    assert checked["sglang-30000"] == {"argv": instances[0]["argv"], "stand_in_config": instances[0]["config_file"]}
+    assert plan("b200")["instances"][0]["config_file"] is None and "--config" not in plan("b200")["instances"][0]["argv"]
+
+
+def _checker(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """roles/sglang_venv/files/check_server_args.py, with the simulator importable as the venv has it."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT / "simulator/src"))
+    monkeypatch.setenv("SGLANG_SIM_VERSION", "0.5.23")
+    spec = importlib.util.spec_from_file_location("check_server_args", ROOT / "roles/sglang_venv/files/check_server_args.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_checker_parses_a_stand_in_of_the_key_file_that_does_not_exist_yet(
+    plan: Plan, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from sglang_plan import sglang_checked_command_lines
+
+    checker = _checker(monkeypatch)
+    instances = plan("b200", sglang_api_key="sk-x")["instances"][:2]
+    lines = sglang_checked_command_lines(instances)
+    assert not Path(instances[0]["config_file"]).exists(), "a first deploy: the key file is not there yet"
+    argv = checker.with_stand_in(lines["sglang-30000"], str(tmp_path))
+    stand_in = argv[argv.index("--config") + 1]
+    assert stand_in != instances[0]["config_file"] and Path(stand_in).read_text() == "api-key: preflight-stand-in\n"
+    assert argv[: argv.index("--config")] == instances[0]["argv"][:-2]
+    parse = checker.runtime_parser("simulator", "0.5.23")
+    assert checker.check(parse, argv) == {"rc": 0, "error": ""}
+    # Without the stand-in the runtime's parser opens the missing file (as SGLang 0.5.23's ConfigArgumentMerger
+    # does in prepare_server_args) and refuses the command line.
+    assert checker.check(parse, instances[0]["argv"])["rc"] != 0
+    assert checker.with_stand_in(["--port", "1"], str(tmp_path)) == ["--port", "1"], "plain argv lists still work"
+
+
+def test_a_second_config_is_what_the_runtime_refuses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Why `config` in sglang_server_args is refused: with the key's --config the unit would hold two."""
+    checker = _checker(monkeypatch)
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("api-key: x\n")
+    second.write_text("log-level: info\n")
+    parse = checker.runtime_parser("simulator", "0.5.23")
+    argv = ["--model-path", "/m", "--config", str(second), "--config", str(first)]
+    assert checker.check(parse, argv)["rc"] != 0
+
+
+def test_one_problem_per_variable_with_a_control_character(plan: Plan) -> None:
+    result = plan(
+        "b200",
+        sglang_model_path="/srv/m\n",
+        sglang_served_model_name="a\nb",
+        sglang_server_args={"dtype": "auto\n", "tool-call-parser": "qwen3\r", "log-level\n": "info"},
+    )
+    assert result["instances"] == [], "nothing with a control character reaches a template"
+    control = [p for p in result["problems"] if "control character" in p]
+    assert len(control) == 5
+    assert 'b200 host: sglang_server_args.log-level\\n="info": contains' in control[-1]
+    assert all("\n" not in p and "\r" not in p for p in result["problems"]), "each problem stays one line"
+
+
+def test_context_length_above_the_model_is_allowed_when_sglang_is_told_so(plan: Plan) -> None:
+    allowed = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+    assert plan("b200", sglang_server_args={"context-length": 300000}, sglang_environment=allowed)["problems"] == []
+    assert plan("b200", sglang_server_args={"context-length": 262144})["problems"] == []
+
+
+def test_kv_heads_fewer_than_tp_are_replicated_but_must_divide_it(
+    support_tables: list[dict[str, Any]], model_facts: dict[str, Any]
+) -> None:
+    from conftest import host_facts, plan_settings
+    from sglang_plan import sglang_plan
+
+    def problems(tp: int, heads: int, kv_heads: int) -> list[str]:
+        model = {**model_facts, "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+        settings = plan_settings("b200", sglang_tensor_parallel_size=tp, sglang_gpus_per_instance=tp, sglang_instance_count=1)
+        facts = host_facts("b200", model)
+        return [p for p in sglang_plan(settings, facts, support_tables)["problems"] if "heads" in p]
+
+    assert problems(4, 24, 4) == [] and problems(2, 24, 4) == []
+    assert problems(4, 32, 2) == [], "tp 4 over 2 KV heads: each is replicated twice"
+    (problem,) = problems(4, 32, 3)
+    assert "3 KV heads can be neither split over nor replicated across 4 GPUs" in problem
+
+
+def test_overrides_of_existing_instances_and_declared_variables_are_fine(plan: Plan) -> None:
+    assert plan("b200", sglang_instance_overrides={"6": {"server_args": {"hicache-size": 10}}})["problems"] == []
+    hostvars = {"b200": {"sglang_router_enabled": True, "cuda_apt_version": "13-0", "sglang_server_user": "x"}}
+    assert plan("b200", hostvars=hostvars)["problems"] == []
+
+
+def test_a_control_character_in_a_server_variable_renders_no_instance(plan: Plan) -> None:
+    """sglang_server_home reaches the environment file (HOME), whose quoting refuses a new line: no instance may be
+    rendered, even in preflight's check mode, so the server role's preflight can name the variable."""
+    result = plan("b200", sglang_server_home="/var/lib/sglang\nX=1")
+    assert result["instances"] == [] and result["problems"] == []
+    assert len(plan("b200", sglang_server_home="/var/lib/sglang")["instances"]) == 7
+
+
+def test_with_dp_attention_the_heads_are_split_over_tp_over_dp(
+    support_tables: list[dict[str, Any]], model_facts: dict[str, Any]
+) -> None:
+    from conftest import host_facts, plan_settings
+    from sglang_plan import sglang_plan
+
+    facts = host_facts("b200", {**model_facts, "num_attention_heads": 3, "num_key_value_heads": 1})
+
+    def heads_problems(**server_args: Any) -> list[str]:
+        settings = plan_settings(
+            "b200",
+            sglang_tensor_parallel_size=2,
+            sglang_data_parallel_size=2,
+            sglang_gpus_per_instance=4,
+            sglang_instance_count=1,
+            sglang_server_args={"mem-fraction-static": 0.9, **server_args},
+        )
+        return [p for p in sglang_plan(settings, facts, support_tables)["problems"] if "heads" in p]
+
+    (problem,) = heads_problems()
+    assert "3 attention heads cannot be split over 2 GPUs" in problem
+    assert heads_problems(**{"enable-dp-attention": True}) == [], "tp 2 / dp 2: each attention group holds every head"

@@ -198,26 +198,113 @@ def test_a_router_refusing_the_key_stops_the_rollout_instead_of_skipping_the_dra
 
     monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", refuse)
     if router is False:
-        assert module.router_for("http://127.0.0.1:30100", "key") is None, "nothing answers: no router yet"
+        assert module.router_for("http://127.0.0.1:30100", ["admin-key"]) is None, "nothing answers: no router yet"
         return
     with pytest.raises(module.RolloutError, match=f"HTTP {status}"):
-        module.router_for("http://127.0.0.1:30100", "key")
+        module.router_for("http://127.0.0.1:30100", ["admin-key", "client-key"])
 
 
-def test_workers_are_managed_with_the_key_the_running_router_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A key rotation: workers rejoin with the new key, through a router that still runs with the old one."""
-    (tmp_path / "4242").mkdir()
-    (tmp_path / "4242" / "environ").write_bytes(b"HOME=/var/lib/sglang\0SGLANG_API_KEY=old-key\0NO_COLOR=1\0")
-    shown = type("Shown", (), {"stdout": "4242\n"})
-    monkeypatch.setattr("sglang_rollout.subprocess.run", lambda *_, **__: shown)
-    assert module.running_key("sglang-router.service", proc=str(tmp_path)) == "old-key"
+def test_workers_are_managed_with_the_admin_key_the_running_router_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client-key rotation: workers rejoin with the new client key, through the router's admin key, which the
+    rotation leaves alone; the admin key in the running router's keys file comes first."""
+    keys_file = tmp_path / "router.json"
+    keys_file.write_text('{"api_key": "old-client-key", "admin_key": "held-admin-key"}')
     seen: list[str] = []
 
     def list_workers(url: str, api_key: str) -> list[dict[str, Any]]:
         seen.append(api_key)
+        if api_key != "held-admin-key":
+            raise RouterError("GET /workers: HTTP 401", 401)
         return []
 
     monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", list_workers)
-    router = module.router_for("http://127.0.0.1:30100", "new-key", "old-key")
-    assert router is not None and seen == ["old-key"]
-    assert (router.api_key, router.worker_api_key) == ("old-key", "new-key")
+    keys = module.router_keys(str(keys_file), "new-admin-key", "new-client-key")
+    assert keys == ["held-admin-key", "new-admin-key", "new-client-key"]
+    router = module.router_for("http://127.0.0.1:30100", keys, "new-client-key")
+    assert router is not None and seen == ["held-admin-key"]
+    assert (router.api_key, router.worker_api_key) == ("held-admin-key", "new-client-key")
+
+
+def test_a_keys_file_the_router_was_not_restarted_with_falls_back_to_the_next_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that wrote a new admin key and stopped before restarting the router; or a router of an earlier release
+    (no admin key, --api-key only: the client key unlocks /workers)."""
+    keys_file = tmp_path / "router.json"
+    keys_file.write_text('{"api_key": "client-key", "admin_key": "unused-admin-key"}')
+    seen: list[str] = []
+
+    def list_workers(url: str, api_key: str) -> list[dict[str, Any]]:
+        seen.append(api_key)
+        if api_key != "client-key":
+            raise RouterError("GET /workers: HTTP 401", 401)
+        return []
+
+    monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", list_workers)
+    keys = module.router_keys(str(keys_file), "admin-key", "client-key")
+    router = module.router_for("http://127.0.0.1:30100", keys, "client-key")
+    assert router is not None and router.api_key == "client-key"
+    assert seen == ["unused-admin-key", "admin-key", "client-key"]
+
+
+def test_router_keys_without_a_keys_file_or_any_key(tmp_path: Path) -> None:
+    assert module.router_keys(str(tmp_path / "missing.json"), "admin-key", "client-key") == ["admin-key", "client-key"]
+    (tmp_path / "broken.json").write_text("{")
+    assert module.router_keys(str(tmp_path / "broken.json"), "admin-key", "admin-key") == ["admin-key"]
+    assert module.router_keys("", "", "") == [""], "a router without keys is asked without one"
+
+
+def test_a_router_refusing_every_key_stops_the_rollout_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(url: str, api_key: str) -> list[dict[str, Any]]:
+        raise RouterError("GET /workers: HTTP 401", 401)
+
+    monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", refuse)
+    refused = r"refuses the fleet's admin key on /workers \(HTTP 401\).*sglang_router_admin_key"
+    with pytest.raises(module.RolloutError, match=refused):
+        module.router_for("http://127.0.0.1:30100", ["admin-key", "client-key"], "client-key")
+
+
+class Exited(Exception):
+    """What the fake AnsibleModule raises on exit_json / fail_json, with the result."""
+
+
+def test_the_module_manages_the_router_with_its_admin_key_and_stops_when_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys_file = tmp_path / "router.json"
+    keys_file.write_text('{"api_key": "old-client-key", "admin_key": "held-admin-key"}')
+    params = {
+        "instances": [instance(30000)],
+        "router_url": "http://127.0.0.1:30100",
+        "router_admin_key": "admin-key",
+        "router_keys_file": str(keys_file),
+        "api_key": "new-client-key",
+    }
+
+    class FakeModule:
+        check_mode = False
+
+        def __init__(self, argument_spec: dict[str, Any], supports_check_mode: bool) -> None:
+            assert argument_spec["router_admin_key"]["no_log"] is True and argument_spec["api_key"]["no_log"] is True
+            self.params = {name: spec.get("default") for name, spec in argument_spec.items()} | params
+
+        def exit_json(self, **result: Any) -> None:
+            raise Exited({"failed": False, **result})
+
+        def fail_json(self, **result: Any) -> None:
+            raise Exited({"failed": True, **result})
+
+    asked: list[str] = []
+
+    def refuse(url: str, api_key: str) -> list[dict[str, Any]]:
+        asked.append(api_key)
+        raise RouterError("GET /workers: HTTP 401", 401)
+
+    monkeypatch.setattr("ansible.module_utils.basic.AnsibleModule", FakeModule)
+    monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", refuse)
+    with pytest.raises(Exited) as exited:
+        module.main()
+    result = exited.value.args[0]
+    assert asked == ["held-admin-key", "admin-key", "new-client-key"], "the running router's admin key first"
+    assert result["failed"] and result["msg"].startswith("Rollout not started: the router at http://127.0.0.1:30100 refuses")
+    assert result["not_attempted"] == ["sglang-30000"] and result["changed"] is False

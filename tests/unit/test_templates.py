@@ -15,6 +15,8 @@ from systemd import FilterModule as SystemdFilters
 
 Plan = Callable[..., dict[str, Any]]
 SERVER = ROOT / "roles/sglang_server"
+ROUTER = ROOT / "roles/sglang_router"
+LAUNCHER = ["/opt/sglang/sglang-0.5.23/bin/python", "-I", "/usr/local/lib/sglang-fleet/sglang_launcher.py"]
 
 
 def render(name: str, **variables: Any) -> str:
@@ -36,10 +38,17 @@ def render(name: str, **variables: Any) -> str:
         "sglang_server_secrets_dir": "/etc/sglang-fleet/secrets",
         "sglang_api_key": "",
         "sglang_server_systemd_version": 252,
-        "sglang_venv_launcher": {"sglang": ["/opt/sglang/sglang-0.5.23/bin/python", "-m", "sglang.launch_server"]},
         "sglang_server_base_environment": {"CUDA_HOME": "/usr/local/cuda", "HOME": "/var/lib/sglang"},
         **variables,
     }
+    venv_vars = yaml.safe_load((ROOT / "roles/sglang_venv/vars/main.yml").read_text())
+    context.setdefault(
+        "sglang_venv_launcher",
+        {
+            runtime: [environment.from_string(word).render(**context) for word in words]
+            for runtime, words in venv_vars["sglang_venv_launcher"].items()
+        },
+    )
     role_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     for variable in ("sglang_server_devices_unit", "sglang_server_root_path"):
         context[variable] = role_vars[variable]
@@ -60,8 +69,9 @@ def test_unit_runs_the_planned_command_line(plan: Plan, host: str) -> None:
         assert text.startswith("#\n# Managed by Ansible\n#\n")
         unit = unit_lines(text)
         argv = shlex.split(unit["ExecStart"])
-        assert argv[:3] == ["/opt/sglang/sglang-0.5.23/bin/python", "-m", "sglang.launch_server"]
-        assert argv[3:] == instance["argv"]
+        # The venv's isolated Python runs the fleet's launcher (keys out of the journal), which runs SGLang's module.
+        assert argv[:4] == [*LAUNCHER, "sglang.launch_server"]
+        assert argv[4:] == instance["argv"]
         assert unit["EnvironmentFile"] == f"/etc/sglang-fleet/{instance['name']}.env"
         assert unit["Restart"] == "on-failure"
         assert unit["SuccessExitStatus"] == "SIGKILL" and unit["RestartForceExitStatus"] == "SIGKILL"
@@ -91,11 +101,13 @@ def test_environment_file_has_the_instance_gpus_and_the_base(plan: Plan) -> None
 
 
 def test_an_api_key_goes_to_a_config_file_never_to_the_command_line(plan: Plan) -> None:
-    instance = plan("ct129")["instances"][0]
+    instance = plan("ct129", sglang_api_key="s3cret")["instances"][0]
     text = render("sglang.service.j2", sglang_server_instance=instance, sglang_api_key="s3cret")
     assert "s3cret" not in text
     argv = shlex.split(unit_lines(text)["ExecStart"])
     assert argv[-2:] == ["--config", "/etc/sglang-fleet/secrets/sglang-30000.yaml"]
+    assert argv[4:] == instance["argv"], "the unit runs exactly the planned argv, which preflight parses"
+    assert instance["config_file"] == "/etc/sglang-fleet/secrets/sglang-30000.yaml"
     assert render("sglang.secret.yaml.j2", sglang_server_instance=instance, sglang_api_key='a "quoted" key').endswith(
         'api-key: "a \\"quoted\\" key"\n'
     )
@@ -116,3 +128,151 @@ def test_unit_uses_newer_systemd_where_the_host_has_it(
     assert ("RestartSteps" in unit and unit["RestartMaxDelaySec"] == "300") is backs_off
     assert (unit.get("LogFilterPatterns") == "~api_key") is filters_key
     assert api_key not in text or not api_key
+
+
+def test_without_an_api_key_no_config_file_is_named(plan: Plan) -> None:
+    instance = plan("ct129")["instances"][0]
+    argv = shlex.split(unit_lines(render("sglang.service.j2", sglang_server_instance=instance))["ExecStart"])
+    assert "--config" not in argv and instance["config_file"] is None
+
+
+def test_the_secrets_dir_follows_the_server_config_dir(plan: Plan) -> None:
+    instance = plan("b200", sglang_api_key="k", sglang_server_config_dir="/srv/fleet")["instances"][0]
+    assert instance["argv"][-2:] == ["--config", "/srv/fleet/secrets/sglang-30000.yaml"]
+
+
+def test_a_control_character_in_a_server_variable_would_inject_a_unit_line_and_is_refused(plan: Plan) -> None:
+    from systemd import systemd_text_problems
+
+    instance = plan("b200")["instances"][0]
+    injected = "/srv/cache\nExecStartPre=/bin/sh -c id"
+    text = render("sglang.service.j2", sglang_server_instance=instance, sglang_server_read_write_paths=[injected])
+    assert "\nExecStartPre=/bin/sh -c id" in text, "what preflight must keep from being written"
+    variables = {
+        "sglang_server_user": "sglang",
+        "sglang_server_group": "sg\tlang",
+        "sglang_server_home": "/var/lib/sglang\x7f",
+        "sglang_server_extra_groups": ["video"],
+        "sglang_server_config_dir": "/etc/sglang-fleet",
+        "sglang_server_read_write_paths": [injected],
+        "sglang_server_nvidia_modprobe": "/usr/bin/nvidia-modprobe",
+        "sglang_api_key": "sk-\nsecret",
+    }
+    problems = systemd_text_problems("b200", variables, ["sglang_server_read_write_paths"])
+    assert [p.split("=", 1)[0] for p in problems] == [
+        "b200 host: sglang_server_group",
+        "b200 host: sglang_server_home",
+        "b200 host: sglang_server_read_write_paths",
+        "b200 host: sglang_api_key",
+    ]
+    assert all("control character" in p and "; fix: " in p and "\n" not in p for p in problems)
+    assert "secret" not in problems[-1], "the key is never shown"
+
+
+def test_a_read_write_path_with_a_space_is_refused() -> None:
+    from systemd import systemd_text_problems
+
+    variables = {"sglang_server_read_write_paths": ["/srv/ok", "/srv/model cache"], "sglang_server_home": "/var/lib/sg lang"}
+    (problem,) = systemd_text_problems("ct129", variables, ["sglang_server_read_write_paths"])
+    assert problem.startswith("ct129 host: sglang_server_read_write_paths=")
+    assert 'entry "/srv/model cache" contains whitespace' in problem and "; fix: " in problem
+
+
+def test_a_control_character_in_a_router_variable_is_refused() -> None:
+    from systemd import systemd_text_problems
+
+    problems = systemd_text_problems(
+        "b200",
+        {
+            "sglang_router_host": "127.0.0.1",
+            "sglang_router_policy": "cache_aware",
+            "sglang_router_log_level": "warn\n",
+            "sglang_router_extra_args": {"request-timeout-secs\r": 30, "worker-startup-timeout-secs": "1\n2"},
+        },
+        where="router",
+    )
+    assert len(problems) == 2
+    assert problems[0].startswith('b200 router: sglang_router_log_level="warn\\n": contains the control character U+000A')
+    assert problems[1].startswith("b200 router: sglang_router_extra_args=")
+
+
+def test_the_simulator_runtime_starts_through_the_same_launcher(plan: Plan) -> None:
+    instance = plan("b200")["instances"][0]
+    text = render("sglang.service.j2", sglang_server_instance=instance, sglang_venv_runtime="simulator")
+    argv = shlex.split(unit_lines(text)["ExecStart"])
+    assert argv[:4] == [*LAUNCHER, "sglang_simulator"] and argv[4:] == instance["argv"]
+
+
+def test_the_launchers_are_installed_where_the_units_run_them() -> None:
+    server_tasks = yaml.safe_load((SERVER / "tasks/configure.yml").read_text())
+    router_tasks = yaml.safe_load((ROUTER / "tasks/main.yml").read_text())
+    router_vars = yaml.safe_load((ROUTER / "vars/main.yml").read_text())
+    copies = {
+        task["ansible.builtin.copy"]["src"]: task["ansible.builtin.copy"]["dest"]
+        for task in server_tasks + router_tasks
+        if "src" in (task.get("ansible.builtin.copy") or {})
+    }
+    assert copies["sglang_launcher.py"] == "{{ sglang_server_helper_dir }}/sglang_launcher.py"
+    assert (SERVER / "files/sglang_launcher.py").is_file()
+    assert copies["sglang_router_launcher.py"] == "{{ sglang_router_launcher }}"
+    assert router_vars["sglang_router_launcher"] == "{{ sglang_server_helper_dir }}/sglang_router_launcher.py"
+    assert (ROUTER / "files/sglang_router_launcher.py").is_file()
+
+
+def render_router(**variables: Any) -> str:
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(ROUTER / "templates"), undefined=jinja2.StrictUndefined, trim_blocks=True
+    )
+    environment.filters.update(CoreFilters().filters())
+    environment.filters.update(SystemdFilters().filters())
+    context: dict[str, Any] = {
+        "ansible_managed": "Managed by Ansible",
+        "sglang_server_user": "sglang",
+        "sglang_server_group": "sglang",
+        "sglang_server_home": "/var/lib/sglang",
+        "sglang_server_config_dir": "/etc/sglang-fleet",
+        "sglang_server_helper_dir": "/usr/local/lib/sglang-fleet",
+        "sglang_venv_bin": "/opt/sglang/sglang-0.5.23/bin",
+        "sglang_router_port": 30100,
+        "sglang_instances": [{"unit": "sglang-30000.service", "url": "http://127.0.0.1:30000"}],
+        "sglang_router_argv": ["--host", "127.0.0.1", "--port", "30100", "--worker-urls", "http://127.0.0.1:30000"],
+        **variables,
+    }
+    for name, value in yaml.safe_load((ROUTER / "vars/main.yml").read_text()).items():
+        if name in ("sglang_router_keys_file", "sglang_router_launcher"):
+            context[name] = environment.from_string(value).render(**context)
+    return environment.get_template("sglang-router.service.j2").render(**context)
+
+
+@pytest.mark.parametrize("api_key", ["", "sk-router-client-key"])
+def test_the_router_takes_its_keys_from_its_launcher_never_from_its_command_line_or_environment(api_key: str) -> None:
+    admin_key = "RouterAdminKey0123456789"
+    text = render_router(sglang_api_key=api_key, sglang_router_admin_key=admin_key)
+    assert admin_key not in text and (not api_key or api_key not in text)
+    unit = unit_lines(text)
+    assert "EnvironmentFile" not in unit and "SGLANG_API_KEY" not in text and "--api-key" not in text
+    argv = shlex.split(unit["ExecStart"])
+    assert argv == [
+        "/opt/sglang/sglang-0.5.23/bin/python",
+        "-I",
+        "/usr/local/lib/sglang-fleet/sglang_router_launcher.py",
+        "/etc/sglang-fleet/secrets/router.json",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "30100",
+        "--worker-urls",
+        "http://127.0.0.1:30000",
+    ]
+
+
+def test_every_server_text_variable_a_template_renders_is_checked_for_control_characters() -> None:
+    """The server role's preflight checks each text default that reaches a unit, environment or sandbox line."""
+    defaults = yaml.safe_load((SERVER / "defaults/main.yml").read_text())
+    rendered = "".join(path.read_text() for path in (SERVER / "templates").glob("*.j2")) + (SERVER / "vars/main.yml").read_text()
+    texts = {name for name, value in defaults.items() if isinstance(value, (str, list)) and name in rendered}
+    tasks = yaml.safe_load((SERVER / "tasks/preflight.yml").read_text())
+    (task,) = [task for task in tasks if task["name"] == "Check the text the unit and environment files are rendered from"]
+    checked = set(task["vars"]["sglang_server_text_variables"])
+    assert texts and texts <= checked, texts - checked
+    assert "sglang_server_read_write_paths" in task["ansible.builtin.set_fact"]["sglang_server_preflight_problems"]

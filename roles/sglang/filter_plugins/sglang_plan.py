@@ -10,11 +10,13 @@ and the others say what a host moving between versions gains or loses.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 GIB = 1024**3
@@ -33,6 +35,27 @@ MANAGED_FLAGS: dict[str, str] = {
     "--base-gpu-id": "sglang_gpu_ids",
     "--enable-metrics": "sglang_enable_metrics",
 }
+# Fixes for the fleet-managed settings that have no variable of their own.
+MANAGED_FIXES: dict[str, str] = {
+    "--config": "put each setting in sglang_server_args (sglang-fleet passes --config itself, with sglang_api_key's file)",
+}
+# Options whose value is a secret: in sglang_server_args it would land in the 0644 unit, in --diff and in /proc.
+SECRET_DESTS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
+SECRET_DEST = re.compile(r"(^|_)(api_key|password|passwd|secret|credentials?)($|_)")
+# Any character below 0x20 and DEL: in a unit or environment file it starts a new line or breaks the value.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Bounds SGLang (or any careful operator) holds values to, by argparse dest (so aliases count):
+# dest: (minimum, exclusive maximum or None, whether the minimum itself is excluded, what the value must be).
+VALUE_BOUNDS: dict[str, tuple[float, float | None, bool, str]] = {
+    "mem_fraction_static": (0, 1, True, "must be between 0 and 1 (exclusive)"),
+    "max_running_requests": (1, None, False, "must be at least 1"),
+    "context_length": (1, None, False, "must be at least 1"),
+    "max_total_tokens": (1, None, False, "must be at least 1"),
+    "max_prefill_tokens": (1, None, False, "must be at least 1"),
+    "hicache_ratio": (0, None, True, "must be above 0"),
+    "hicache_size": (0, None, False, "must not be negative"),
+}
+ALLOW_LONGER_CONTEXT = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
 # MTP checkpoints carry their draft layer as `mtp.*` tensors and count it in one of these config keys.
 MTP_LAYER_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
@@ -334,10 +357,27 @@ def _checked_args(
 ) -> dict[str, Any] | None:
     flags: dict[str, Any] = {}
     valid = True
+    managed = _managed_dests(support)
     for key, value in server_args.items():
         flag = _flag_name(str(key))
-        if flag in MANAGED_FLAGS:
-            plan.problem(where, f"{variable}.{key}", value, f"{flag} is set by sglang-fleet", f"use {MANAGED_FLAGS[flag]}")
+        known = support.flags.get(flag)
+        dest = known.dest if known else ""
+        if dest and (dest in SECRET_DESTS or SECRET_DEST.search(dest)):
+            plan.problem(
+                where,
+                f"{variable}.{key}",
+                "<hidden>",
+                f"{flag} is a secret: in sglang_server_args it would be written into the world-readable unit, "
+                "shown by --diff and visible in /proc",
+                "keep it in ansible-vault as sglang_api_key"
+                if dest in ("api_key", "admin_api_key")
+                else "remove it (only sglang_api_key, from ansible-vault, reaches SGLang, through a root-only file)",
+            )
+            valid = False
+        elif flag in MANAGED_FLAGS or flag in MANAGED_FIXES or (dest and dest in managed):
+            canonical, fix = managed.get(dest) or (flag, MANAGED_FIXES.get(flag) or f"use {MANAGED_FLAGS[flag]}")
+            alias = f" (an alias of {canonical})" if canonical != flag else ""
+            plan.problem(where, f"{variable}.{key}", value, f"{flag}{alias} is set by sglang-fleet", fix)
             valid = False
         elif flag.startswith("--speculative-"):
             plan.problem(
@@ -349,6 +389,76 @@ def _checked_args(
         else:
             valid = False
     return flags if valid else None
+
+
+def _managed_dests(support: Support) -> dict[str, tuple[str, str]]:
+    """{argparse dest: (flag, fix)} of every fleet-managed option, so its aliases (--model, --tensor-parallel-size) count too."""
+    managed: dict[str, tuple[str, str]] = {}
+    for flag, variable in MANAGED_FLAGS.items():
+        known = support.flags.get(flag)
+        if known and known.dest:
+            managed[known.dest] = (flag, f"use {variable}")
+    for flag, fix in MANAGED_FIXES.items():
+        known = support.flags.get(flag)
+        if known and known.dest:
+            managed[known.dest] = (flag, fix)
+    return managed
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1", "yes", "on")
+
+
+def _control_character(value: Any) -> str | None:
+    """The first control character in a value (its strings, a mapping's keys and values, a list's items), if any."""
+    if isinstance(value, str):
+        found = CONTROL.search(value)
+        return f"U+{ord(found.group()):04X}" if found else None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found_key = _control_character(key) if isinstance(key, str) else None
+            if found_key or (found_key := _control_character(item)):
+                return found_key
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            if found_item := _control_character(item):
+                return found_item
+    return None
+
+
+# The plan's settings that reach a rendered file (unit, environment file), by variable.
+TEXT_SETTINGS = (
+    ("model_path", "sglang_model_path"),
+    ("served_model_name", "sglang_served_model_name"),
+    ("listen_host", "sglang_listen_host"),
+    ("server_args", "sglang_server_args"),
+    ("speculative", "sglang_speculative"),
+    ("environment", "sglang_environment"),
+    ("instance_overrides", "sglang_instance_overrides"),
+)
+
+
+def _control_problems(plan: Plan, settings: Mapping[str, Any]) -> bool:
+    """One problem per variable (per key of a mapping) holding a control character; True when there was one."""
+    found = False
+    for setting, variable in TEXT_SETTINGS:
+        value = settings.get(setting)
+        entries = value.items() if isinstance(value, Mapping) else [(None, value)]
+        for key, item in entries:
+            character = _control_character(key) if isinstance(key, str) else None
+            character = character or _control_character(item)
+            if character:
+                found = True
+                shown_key = str(key).encode("unicode_escape").decode("ascii")  # the line stays one line
+                plan.problem(
+                    "host",
+                    variable if key is None else f"{variable}.{shown_key}",
+                    item,
+                    f"contains the control character {character}, which would inject a line into (or break) the "
+                    "rendered unit or environment file",
+                    "remove the control character (newline, tab, escape ...)",
+                )
+    return found
 
 
 ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -393,6 +503,22 @@ def _check_environment(plan: Plan, support: Support, where: str, variable: str, 
         elif name == "CUDA_VISIBLE_DEVICES":
             plan.problem(
                 where, f"{variable}.{name}", value, "GPUs are given to each instance by sglang-fleet", "use sglang_gpu_ids"
+            )
+
+
+def _override_problems(plan: Plan, overrides: Mapping[Any, Any], count: int) -> None:
+    """An override must name an instance of this host (0 .. count - 1)."""
+    for key in overrides or {}:
+        index = key if isinstance(key, int) and not isinstance(key, bool) else None
+        if isinstance(key, str) and key.isdigit():
+            index = int(key)
+        if index is None or not 0 <= index < count:
+            plan.problem(
+                "host",
+                f"sglang_instance_overrides.{key}",
+                overrides[key],
+                f"names no instance: this host has {count} instance(s), numbered 0 to {count - 1}",
+                "use the instance's number (its port minus sglang_port_base) or remove the override",
             )
 
 
@@ -451,7 +577,7 @@ def _derive_instances(
     model_path = str(settings["model_path"])
     served_name = settings["served_model_name"] or model_path.rstrip("/").rsplit("/", 1)[-1]
     listen_host = str(settings["listen_host"])
-    if listen_host not in ("127.0.0.1", "::1", "localhost") and not settings.get("has_api_key"):
+    if listen_host not in ("127.0.0.1", "::1", "localhost") and not _truthy(settings.get("has_api_key")):
         plan.problem(
             "host",
             "sglang_listen_host",
@@ -459,6 +585,9 @@ def _derive_instances(
             "servers reachable beyond this host need an API key",
             "set sglang_api_key (from ansible-vault) or keep 127.0.0.1 and put the router in front",
         )
+    has_key = _truthy(settings.get("has_api_key"))
+    secrets_dir_set = bool(settings.get("secrets_dir"))
+    _override_problems(plan, settings["instance_overrides"], count)
     uuids = {gpu["index"]: str(gpu["uuid"]) for gpu in gpu_facts if gpu.get("uuid")}
     instances = []
     for index in range(count):
@@ -500,6 +629,11 @@ def _derive_instances(
             argv.append("--enable-metrics")
         for flag, value in {**(spec_flags or {}), **(base_args or {}), **(own_args or {})}.items():
             argv += render_flag(flag, value)
+        # The API key reaches SGLang through a root-only YAML file the unit names last: this argv is exactly what
+        # the unit runs and what preflight's parser check parses.
+        config_file = f"{str(settings['secrets_dir']).rstrip('/')}/{name}.yaml" if secrets_dir_set and has_key else None
+        if config_file:
+            argv += ["--config", config_file]
         environment = {str(k): str(v) for k, v in _merge(settings["environment"], override.get("environment")).items()}
         # GPUs by UUID: inside the unit's device cgroup CUDA numbers only the GPUs it may open, from 0, so a
         # host-wide index would name no GPU (or the wrong one); a UUID names the same GPU everywhere.
@@ -522,6 +656,7 @@ def _derive_instances(
                 "pipeline_parallel_size": pipeline,
                 "ranks": ranks,
                 "argv": argv,
+                "config_file": config_file,
                 "environment": environment,
                 "settings": _merge(settings["server_args"], override.get("server_args")),
                 "speculative": {
@@ -604,6 +739,42 @@ def _model_problems(
     return total or on_disk
 
 
+# Problem lines for unreadable model files: the first ones, then a count.
+UNREADABLE_SHOWN = 5
+
+
+def _model_access_problems(plan: Plan, settings: Mapping[str, Any], model: Mapping[str, Any]) -> None:
+    """The model as the servers' account sees it: not hidden by the unit's sandbox, every file it opens readable."""
+    path = settings["model_path"]
+    if model.get("hidden_by"):
+        plan.problem(
+            "host",
+            "sglang_model_path",
+            path,
+            f"the servers cannot see it: their unit's {model['hidden_by']} (root can read it, the service cannot)",
+            "move the model out of /home, /root, /run/user and /tmp, e.g. to /srv/models, and set sglang_model_path",
+        )
+        return
+    unreadable = [str(line) for line in model.get("unreadable") or []]
+    who = model.get("read_as") or "the service account"
+    for line in unreadable[:UNREADABLE_SHOWN]:
+        plan.problem(
+            "host",
+            "sglang_model_path",
+            path,
+            f"{line}: the servers' account {who} cannot read it",
+            "make it readable, e.g. chmod -R o+rX (or chgrp -R the servers' group and chmod -R g+rX) the model directory",
+        )
+    if len(unreadable) > UNREADABLE_SHOWN:
+        plan.problem(
+            "host",
+            "sglang_model_path",
+            path,
+            f"{len(unreadable) - UNREADABLE_SHOWN} more files or directories the servers' account {who} cannot read",
+            "make the whole model directory readable to it",
+        )
+
+
 def _memory_fraction(instance: dict[str, Any], gpu_mib: int, auto_reserve_mib: int) -> tuple[float, str]:
     value = instance["settings"].get("mem-fraction-static")
     if value is not None:
@@ -625,7 +796,10 @@ def _memory_problems(
         gpu_mib = min(memories)
         fraction, source = _memory_fraction(instance, gpu_mib, int(settings["auto_reserve_mib"]))
         if not 0 < fraction < 1:
-            plan.problem(where, "sglang_server_args.mem-fraction-static", fraction, "must be between 0 and 1", "use e.g. 0.85")
+            if source != "mem-fraction-static":  # a value given is reported by _value_problems
+                plan.problem(
+                    where, "sglang_server_args.mem-fraction-static", fraction, "must be between 0 and 1", "use e.g. 0.85"
+                )
             continue
         # Tensor parallel splits every layer, pipeline parallel splits the layers: each GPU holds a share.
         weight_share = weight_bytes / instance["tensor_parallel_size"] / instance["pipeline_parallel_size"]
@@ -774,16 +948,146 @@ def sglang_plan(
             "install the NVIDIA driver (nvidia-smi must list the GPUs)",
         )
         return {"instances": [], "problems": plan.problems}
+    _unknown_variable_problems(plan, settings.get("variable_names"))
+    if _control_problems(plan, settings) or _control_character(settings.get("server_text")):
+        # Such a value must not reach a template, not even preflight's check-mode rendering (the server role's
+        # preflight names its own variables).
+        return {"instances": [], "problems": plan.problems}
     gpu_ids = [int(gpu) for gpu in settings["gpu_ids"]] if settings["gpu_ids"] else detected
     instances = _derive_instances(plan, settings, gpu_ids, facts.get("gpus") or [], support)
+    _value_problems(plan, support, instances, facts.get("model") or {})
     devices = {gpu["index"]: gpu_device(gpu) for gpu in facts.get("gpus") or []}
     for instance in instances:
         # The device nodes the instance may open (its unit allows only these and the driver's shared ones).
         instance["gpu_devices"] = [devices[gpu] for gpu in instance["gpu_ids"] if devices.get(gpu)]
     weight_bytes = _model_problems(plan, settings, facts.get("model") or {}, instances, support)
+    _model_access_problems(plan, settings, facts.get("model") or {})
     _memory_problems(plan, settings, facts, instances, weight_bytes)
     _gpu_and_port_problems(plan, settings, facts, instances)
     return {"instances": instances, "problems": plan.problems}
+
+
+def _by_dest(support: Support, instance: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """An instance's server args as {argparse dest: (variable, value)}."""
+    found: dict[str, tuple[str, Any]] = {}
+    for key, value in instance.get("settings", {}).items():
+        known = support.flags.get(_flag_name(str(key)))
+        if known and known.dest:
+            found[known.dest] = (f"sglang_server_args.{key}", value)
+    return found
+
+
+def _value_problems(plan: Plan, support: Support, instances: list[dict[str, Any]], model: Mapping[str, Any]) -> None:
+    """What SGLang refuses at start (or a careful operator never wants), beyond what its parser refuses."""
+    for instance in instances:
+        where = f"instance {instance['name']}"
+        values = _by_dest(support, instance)
+        for dest, (minimum, maximum, exclusive, text) in VALUE_BOUNDS.items():
+            if dest not in values:
+                continue
+            variable, value = values[dest]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue  # a wrong type is reported by the flag check
+            low = value <= minimum if exclusive else value < minimum
+            if low or (maximum is not None and value >= maximum):
+                plan.problem(
+                    where, variable, value, text, "e.g. 0.85" if dest == "mem_fraction_static" else "give a sensible value"
+                )
+        tensor = int(instance["tensor_parallel_size"])
+        attn_tp, over = tensor, f"{tensor} GPUs"
+        if values.get("enable_dp_attention", ("", False))[1] is True:
+            # DP attention splits the attention heads over tp / dp GPUs only.
+            data = max(1, int(instance["ranks"]) // (tensor * int(instance["pipeline_parallel_size"])))
+            attn_tp, over = max(1, tensor // data), f"{max(1, tensor // data)} GPUs (tp / dp with DP attention)"
+        heads = model.get("num_attention_heads")
+        kv_heads = model.get("num_key_value_heads")
+        if isinstance(heads, int) and heads > 0 and heads % attn_tp:
+            plan.problem(
+                where,
+                "sglang_tensor_parallel_size",
+                tensor,
+                f"the model's {heads} attention heads cannot be split over {over} (SGLang asserts "
+                "num_attention_heads % tp_size == 0 at start)",
+                f"use a tensor parallel size that divides {heads}",
+            )
+        elif isinstance(kv_heads, int) and kv_heads > 0 and (kv_heads % attn_tp if kv_heads >= attn_tp else attn_tp % kv_heads):
+            plan.problem(
+                where,
+                "sglang_tensor_parallel_size",
+                tensor,
+                f"the model's {kv_heads} KV heads can be neither split over nor replicated across {over} "
+                "(SGLang asserts one divides the other)",
+                f"use a tensor parallel size that divides {kv_heads} or is a multiple of it",
+            )
+        if "context_length" in values:
+            variable, value = values["context_length"]
+            limit = model.get("context_length")
+            allowed = _truthy(instance.get("environment", {}).get(ALLOW_LONGER_CONTEXT, ""))
+            if (
+                isinstance(limit, int)
+                and isinstance(value, int)
+                and not isinstance(value, bool)
+                and value > limit
+                and not allowed
+            ):
+                plan.problem(
+                    where,
+                    variable,
+                    value,
+                    f"above the model's context length {limit} (config.json); SGLang refuses to start unless "
+                    f"{ALLOW_LONGER_CONTEXT}=1, and outputs beyond it may be wrong",
+                    f'context-length <= {limit}, or set sglang_environment.{ALLOW_LONGER_CONTEXT}: "1" deliberately',
+                )
+
+
+@functools.lru_cache(maxsize=1)
+def declared_variables(root: str = "") -> frozenset[str]:
+    """Every sglang_*/cuda_* variable a role declares (meta/argument_specs.yml) or sets itself (its vars, defaults,
+    set_fact and register names in roles/, playbooks/ and molecule/, and the facts its modules return). Read once
+    per run, from the checkout the plugin lives in."""
+    import yaml  # Ansible's controller always has PyYAML
+
+    base = Path(root) if root else Path(__file__).resolve().parents[3]
+    names: set[str] = set()
+    for spec in base.glob("roles/*/meta/argument_specs.yml"):
+        data = yaml.safe_load(spec.read_text()) or {}
+        for entry in (data.get("argument_specs") or {}).values():
+            names.update((entry or {}).get("options") or {})
+    assigned = re.compile(r"^[ \t-]*(?:register:\s*)?((?:sglang|cuda)_\w+)\s*:?", re.MULTILINE)
+    for path in [
+        *base.glob("roles/**/*.yml"),
+        *base.glob("playbooks/**/*.yml"),
+        *base.glob("molecule/**/*.yml"),
+        *base.glob("*.yml"),
+    ]:
+        names.update(match.group(1) for match in assigned.finditer(path.read_text(errors="replace")))
+    # Facts the roles' own modules return (ansible_facts={"sglang_host": ...}).
+    quoted = re.compile(r"[\"']((?:sglang|cuda)_\w+)[\"']")
+    for path in base.glob("roles/*/library/*.py"):
+        names.update(match.group(1) for match in quoted.finditer(path.read_text(errors="replace")))
+    return frozenset(names)
+
+
+def _unknown_variable_problems(plan: Plan, names: Any) -> None:
+    """A sglang_*/cuda_* variable the host has that no role reads: a typo silently changes nothing."""
+    if not names or isinstance(names, str):
+        return
+    known = declared_variables()
+    for name in sorted({str(name) for name in names if re.match(r"(sglang|cuda)_", str(name))} - known):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        plan.problems.append(
+            f"{plan.host} host: {name}: no role of sglang-fleet reads this variable, so it changes nothing"
+            + (f" (did you mean {close[0]}?)" if close else "")
+            + f"; fix: {'rename it to ' + close[0] if close else 'correct its name or remove it'}"
+        )
+
+
+def sglang_checked_command_lines(instances: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What preflight's parser check reads: each instance's exact argv, and the config file it may stand in for."""
+    return {
+        str(instance["name"]): {"argv": list(instance["argv"]), "stand_in_config": instance.get("config_file")}
+        for instance in instances
+    }
 
 
 def _variable_of(instance: Mapping[str, Any], flag: str) -> tuple[str, Any]:
@@ -841,7 +1145,16 @@ class FilterModule:
             "sglang_render_flag": render_flag,
             "sglang_parse_problems": sglang_parse_problems,
             "sglang_gate_problems": sglang_gate_problems,
+            "sglang_checked_command_lines": sglang_checked_command_lines,
         }
 
 
-__all__: Sequence[str] = ("FilterModule", "render_flag", "sglang_gate_problems", "sglang_parse_problems", "sglang_plan")
+__all__: Sequence[str] = (
+    "FilterModule",
+    "declared_variables",
+    "render_flag",
+    "sglang_checked_command_lines",
+    "sglang_gate_problems",
+    "sglang_parse_problems",
+    "sglang_plan",
+)

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import fnmatch
+import grp
 import hashlib
 import json
 import os
+import pwd
+import stat
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,7 +17,8 @@ DOCUMENTATION = r"""
 module: sglang_model_facts
 short_description: Summarises a model directory (config.json, safetensors index and shards)
 description:
-  - Reads C(config.json) for the architecture and the MTP layer count (top level or C(text_config)).
+  - Reads C(config.json) for the architecture and the MTP layer count (top level or C(text_config)), and
+    the text model's attention heads, KV heads, hidden size and context length (as SGLang derives it).
   - Reads C(model.safetensors.index.json) for the declared tensor bytes, the shards and whether C(mtp.*)
     tensors exist; checks every listed shard exists and is not empty; sums the shard sizes.
   - Optionally compares SHA-256 checksums of named files.
@@ -27,6 +32,18 @@ options:
     description: Expected SHA-256 by file name inside the directory; empty skips checksums.
     type: dict
     default: {}
+  user:
+    description:
+      - The account the servers run as. Every file the server reads (config.json, the index, every shard, the
+        tokenizer files) is checked readable by it, and the directories on the way searchable. Where the account
+        does not exist yet (first deploy), as an account of no extra group (the "other" permission bits).
+      - Empty skips the check.
+    type: str
+    default: ""
+  group:
+    description: The servers' group (the unit's C(Group=)); empty means the account's primary group.
+    type: str
+    default: ""
 author: sglang-fleet
 """
 
@@ -39,8 +56,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 model:
-  description: exists, config, architectures, mtp_layers, total_size, shard_bytes, shards,
-    missing_shards, empty_shards, has_mtp_tensors, tensor_count, checksum_problems.
+  description: exists, config, architectures, mtp_layers, num_attention_heads, num_key_value_heads,
+    hidden_size, max_position_embeddings, context_length, total_size, shard_bytes, shards,
+    missing_shards, empty_shards, has_mtp_tensors, tensor_count, checksum_problems; with I(user): hidden_by
+    (the sandbox setting that hides the path from the service, or null), unreadable (one "path: reason" per file or
+    directory the service account cannot read), read_as (the account checked, and how).
   returned: always
   type: dict
 """
@@ -73,6 +93,50 @@ def architectures(config: Mapping[str, Any]) -> list[str]:
     return [str(name) for name in found]
 
 
+# The keys SGLang 0.5.23 reads the model's context length from, first found wins (get_context_length).
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+
+
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's settings: `text_config` where the model nests them (Qwen3.5 and other VLMs)."""
+    nested = config.get("text_config")
+    return nested if isinstance(nested, Mapping) else config
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def context_length(config: Mapping[str, Any]) -> int | None:
+    """The context length SGLang derives from config.json: the first length key, times a plain RoPE scaling factor."""
+    text = text_config(config)
+    rope = text.get("rope_scaling")
+    factor: float = 1
+    if isinstance(rope, Mapping):
+        factor = rope.get("factor", 1) if isinstance(rope.get("factor", 1), (int, float)) else 1
+        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+            factor = 1
+    for key in CONTEXT_LENGTH_KEYS:
+        value = text.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(factor * value)
+    return None
+
+
+def shape(config: Mapping[str, Any]) -> dict[str, int | None]:
+    """Heads, KV heads (= heads where config.json does not say), hidden size and context length of the text model."""
+    text = text_config(config)
+    heads = _int_or_none(text.get("num_attention_heads"))
+    kv_heads = _int_or_none(text.get("num_key_value_heads"))
+    return {
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads if kv_heads is not None else heads,
+        "hidden_size": _int_or_none(text.get("hidden_size")),
+        "max_position_embeddings": _int_or_none(text.get("max_position_embeddings")),
+        "context_length": context_length(config),
+    }
+
+
 def sha256_of(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -89,6 +153,7 @@ def describe(path: str, checksums: Mapping[str, str]) -> dict[str, Any]:
     facts["config"] = config is not None
     facts["architectures"] = architectures(config or {})
     facts["mtp_layers"] = mtp_layers(config or {})
+    facts.update(shape(config or {}))
     index = _read_json(os.path.join(path, INDEX))
     if index is not None:
         weight_map = index.get("weight_map") or {}
@@ -116,14 +181,179 @@ def describe(path: str, checksums: Mapping[str, str]) -> dict[str, Any]:
     return facts
 
 
+# Paths the servers' unit hides from them (ProtectHome=yes, PrivateTmp=yes in sglang_server_sandbox): a model
+# there is readable by root, so it passes a root-run check, and absent for the server.
+HIDDEN_PREFIXES = (
+    ("/home", "ProtectHome=yes"),
+    ("/root", "ProtectHome=yes"),
+    ("/run/user", "ProtectHome=yes"),
+    ("/tmp", "PrivateTmp=yes"),
+    ("/var/tmp", "PrivateTmp=yes"),
+)
+# Besides config.json, the index and the shards, the server reads the tokenizer and generation settings.
+READ_PATTERNS = ("*.json", "tokenizer*", "*.model", "*.tiktoken", "vocab*", "merges.txt")
+
+
+def hidden_by(path: str) -> str | None:
+    """The sandbox setting that hides `path` (or where its symlinks lead) from the servers, or None."""
+    for candidate in (os.path.abspath(path), os.path.realpath(path)):
+        for prefix, setting in HIDDEN_PREFIXES:
+            if candidate == prefix or candidate.startswith(prefix + "/"):
+                return f"{setting} hides {prefix}"
+    return None
+
+
+def files_to_read(path: str) -> list[str]:
+    """The model's files the server opens (those that exist): config.json, the index, every shard, the tokenizer."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return []
+    wanted = {name for name in names if any(fnmatch.fnmatch(name, pattern) for pattern in READ_PATTERNS)}
+    index = _read_json(os.path.join(path, INDEX))
+    if index is not None:
+        wanted.update(str(shard) for shard in (index.get("weight_map") or {}).values())
+    else:
+        wanted.update(name for name in names if name.endswith(".safetensors"))
+    return sorted(name for name in wanted if os.path.isfile(os.path.join(path, name)))
+
+
+def may_access(st: os.stat_result, uid: int | None, gids: frozenset[int], want: int) -> bool:
+    """The permission bits' answer (no ACLs) for uid/gids; `want` is a mask of 4 (read), 2 (write), 1 (search).
+
+    uid None: an account that does not exist yet, of no group that owns anything (the "other" bits only).
+    """
+    if uid == 0:
+        return True
+    if uid is not None and st.st_uid == uid:
+        bits = (st.st_mode >> 6) & 7
+    elif st.st_gid in gids:
+        bits = (st.st_mode >> 3) & 7
+    else:
+        bits = st.st_mode & 7
+    return bits & want == want
+
+
+def group_id(group: str) -> int | None:
+    try:
+        return grp.getgrnam(group).gr_gid if group else None
+    except KeyError:
+        return None
+
+
+def account(user: str, group: str = "") -> tuple[int | None, frozenset[int]]:
+    """The uid (None: no such account yet) and the groups the unit's process gets: as systemd's User= and Group=
+    set them (initgroups: Group=, or the account's primary group, plus every group that lists the account)."""
+    gid = group_id(group)
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None, frozenset({gid} if gid is not None else ())
+    return entry.pw_uid, frozenset(os.getgrouplist(user, entry.pw_gid if gid is None else gid))
+
+
+def _needs(path: str, names: list[str]) -> list[tuple[str, int, str]]:
+    """(path, mask, what) for every directory on the way (search; the model directory also read) and every file."""
+    checks: list[tuple[str, int, str]] = []
+    parts = os.path.abspath(path).split("/")
+    for depth in range(1, len(parts)):
+        directory = "/".join(parts[:depth]) or "/"
+        checks.append((directory, 1, "directory not searchable"))
+    checks.append((os.path.abspath(path), 5, "directory not readable and searchable"))
+    checks.extend((os.path.join(os.path.abspath(path), name), 4, "not readable") for name in names)
+    return checks
+
+
+def unreadable_by_bits(path: str, names: list[str], uid: int | None, gids: frozenset[int]) -> list[str]:
+    """One "path: reason" per directory or file the account may not read, by the permission bits."""
+    found = []
+    for target, mask, what in _needs(path, names):
+        try:
+            st = os.stat(target)
+        except OSError as error:
+            found.append(f"{target}: {error.strerror}")
+            continue
+        if not may_access(st, uid, gids, mask):
+            found.append(f"{target}: {what} ({stat.filemode(st.st_mode)} {st.st_uid}:{st.st_gid})")
+            if mask & 1:
+                break  # nothing below a directory it cannot search is reachable: one line says it
+    return found
+
+
+def unreadable_as_account(path: str, names: list[str], uid: int, gid: int, gids: frozenset[int]) -> list[str]:
+    """The same, asked of the kernel by a child that became the account (ACLs included). Needs root."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to the account, ask, report, exit without running anything of the parent's
+        code = 0
+        try:
+            os.close(reader)
+            os.setgroups(sorted(gids))
+            os.setgid(gid)
+            os.setuid(uid)
+            found = []
+            for target, mask, what in _needs(path, names):
+                wanted = (os.R_OK if mask & 4 else 0) | (os.X_OK if mask & 1 else 0)
+                if not os.access(target, wanted):
+                    try:
+                        st = os.stat(target)
+                        found.append(f"{target}: {what} ({stat.filemode(st.st_mode)} {st.st_uid}:{st.st_gid})")
+                    except OSError as error:
+                        found.append(f"{target}: {error.strerror}")
+                    if mask & 1:
+                        break  # nothing below is reachable
+            os.write(writer, json.dumps(found).encode())
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(writer)
+    chunks = []
+    while chunk := os.read(reader, 1 << 16):
+        chunks.append(chunk)
+    os.close(reader)
+    _, status = os.waitpid(pid, 0)
+    if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+        raise OSError(f"the access check as uid {uid} failed")
+    return [str(line) for line in json.loads(b"".join(chunks))]
+
+
+def service_access(path: str, user: str, group: str = "") -> dict[str, Any]:
+    """Whether the servers' account can read the model: hidden_by, unreadable ("path: reason" lines), read_as."""
+    facts: dict[str, Any] = {"hidden_by": hidden_by(path), "unreadable": []}
+    if not user or not os.path.isdir(path):
+        return facts
+    names = files_to_read(path)
+    uid, gids = account(user, group)
+    if uid is not None and os.geteuid() == 0:
+        try:
+            gid = group_id(group)
+            gid = pwd.getpwnam(user).pw_gid if gid is None else gid
+            facts["unreadable"] = unreadable_as_account(path, names, uid, gid, gids)
+            facts["read_as"] = f"{user} (uid {uid})"
+            return facts
+        except (KeyError, OSError):
+            pass
+    facts["unreadable"] = unreadable_by_bits(path, names, uid, gids)
+    facts["read_as"] = f"{user} (uid {uid}, permission bits)" if uid is not None else f"{user} (not created yet: other bits)"
+    return facts
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
     module = AnsibleModule(
-        argument_spec={"path": {"type": "path", "required": True}, "sha256": {"type": "dict", "default": {}}},
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "sha256": {"type": "dict", "default": {}},
+            "user": {"type": "str", "default": ""},
+            "group": {"type": "str", "default": ""},
+        },
         supports_check_mode=True,
     )
-    module.exit_json(changed=False, model=describe(module.params["path"], module.params["sha256"]))
+    model = describe(module.params["path"], module.params["sha256"])
+    model.update(service_access(module.params["path"], module.params["user"], module.params["group"]))
+    module.exit_json(changed=False, model=model)
 
 
 if __name__ == "__main__":

@@ -56,4 +56,7 @@ class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"sglang_router_flags": sglang_router_flags, "sglang_router_problems": sglang_router_problems}
+        return {
+            "sglang_router_flags": sglang_router_flags,
+            "sglang_router_problems": sglang_router_problems,
+        }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -86,6 +87,48 @@ def sglang_server_unit_properties(instance: dict[str, Any], sandbox: list[str]) 
     return [*sandbox, *(f"DeviceAllow={device} rw" for device in instance["gpu_devices"])]
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _control_character(value: Any) -> str | None:
+    """The first control character (below 0x20, or DEL) in a string, a mapping's keys and values or a list's items."""
+    if isinstance(value, str):
+        found = _CONTROL.search(value)
+        return f"U+{ord(found.group()):04X}" if found else None
+    items: list[Any] = []
+    if isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    return next((found for found in map(_control_character, items) if found), None)
+
+
+def systemd_text_problems(
+    host: str, variables: dict[str, Any], no_spaces: Iterable[str] = (), where: str = "host"
+) -> list[str]:
+    """One problem per variable whose text reaches a unit or environment file with a control character in it,
+    and per entry of a `no_spaces` list variable holding whitespace (ReadWritePaths= splits on it). `where` names
+    the part of the host the variables belong to (the servers: "host"; "router")."""
+    problems = []
+    spaced = set(no_spaces)
+    for variable, value in variables.items():
+        shown = json.dumps(value if variable != "sglang_api_key" else "<hidden>")
+        character = _control_character(value)
+        if character:
+            problems.append(
+                f"{host} {where}: {variable}={shown}: contains the control character {character}, which would inject a line "
+                "into (or break) the rendered unit or environment file; fix: remove the control character"
+            )
+        elif variable in spaced:
+            for entry in value if isinstance(value, list) else [value]:
+                if isinstance(entry, str) and re.search(r"\s", entry):
+                    problems.append(
+                        f"{host} {where}: {variable}={shown}: entry {json.dumps(entry)} contains whitespace, which splits "
+                        "it into two paths in ReadWritePaths=; fix: use a path without spaces (e.g. a symlink to it)"
+                    )
+    return problems
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -96,4 +139,5 @@ class FilterModule:
             "systemd_show_states": systemd_show_states,
             "sglang_server_stale": sglang_server_stale,
             "sglang_server_unit_properties": sglang_server_unit_properties,
+            "systemd_text_problems": systemd_text_problems,
         }

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -61,10 +62,16 @@ options:
     description: The host's sglang-router; empty when there is none.
     type: str
     default: ""
-  router_unit:
-    description: The router's unit; the rollout manages its workers with the key the running router holds.
+  router_admin_key:
+    description: The router's admin key (its C(/workers) registry; never logged).
     type: str
-    default: sglang-router.service
+    default: ""
+  router_keys_file:
+    description: >-
+      The router's keys file (JSON, read by its launcher at start); its admin key is the one the running router holds,
+      tried before C(router_admin_key).
+    type: path
+    default: ""
   drain_timeout:
     description: Seconds to wait, after taking an instance out of the router, for its running requests to finish.
     type: float
@@ -90,7 +97,7 @@ options:
     type: int
     default: 40
   api_key:
-    description: The servers' and the router's API key (never logged).
+    description: The servers' API key, which the router's workers expect (never logged).
     type: str
     default: ""
 author: sglang-fleet
@@ -313,8 +320,9 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
 class Router:
     """The host's sglang-router: workers leave rotation before a restart and rejoin after verification.
 
-    `api_key` is the key the running router accepts on /workers; `worker_api_key` the key the workers now expect
-    (they differ while a key rotation rolls: the router is restarted with the new key after its workers).
+    `api_key` is the key the running router accepts on /workers (its admin key); `worker_api_key` the key the workers
+    now expect (the client key, `sglang_api_key`, which may have changed in this run: the router is restarted with it
+    after its workers).
     """
 
     def __init__(self, url: str, api_key: str = "", worker_api_key: str = "", timeout: float = 120.0) -> None:
@@ -329,42 +337,53 @@ class Router:
         )
 
 
-def running_key(unit: str, proc: str = "/proc") -> str | None:
-    """SGLANG_API_KEY of the unit's running main process ("" without one), or None when it does not run."""
-    shown = subprocess.run(["systemctl", "show", "--property=MainPID", "--value", unit], capture_output=True, text=True)
-    pid = shown.stdout.strip()
-    if not pid.isdigit() or pid == "0":
-        return None
-    try:
-        with open(f"{proc}/{pid}/environ", "rb") as handle:
-            entries = handle.read().split(b"\0")
-    except OSError:
-        return None
-    for entry in entries:
-        if entry.startswith(b"SGLANG_API_KEY="):
-            return entry.split(b"=", 1)[1].decode()
-    return ""
+def router_keys(keys_file: str, admin_key: str, api_key: str = "") -> list[str]:
+    """The keys that may unlock the running router's /workers, most likely first.
 
-
-def router_for(url: str, api_key: str, router_key: str | None = None) -> Router | None:
-    """The router at `url`, or None when nothing answers there (not deployed yet: nothing to take out of rotation).
-
-    A router that answers but refuses the key (401/403, e.g. during a key rotation) is an error: it still routes
-    to the workers, so skipping the drain would cut requests.
+    The rollout runs before the router role rewrites the router's files, so the admin key in the router's keys file
+    (0600, JSON, read by its launcher at start) is the one the running router holds; then the admin key of this run
+    (a keys file written by a run that stopped before restarting the router may hold a key the router does not); then
+    the client key (a router deployed before it had an admin key took its key with --api-key only, which then unlocked
+    /workers too); then no key at all (a router without keys).
     """
-    control_key = api_key if router_key is None else router_key
-    try:
-        sglang_router_client.list_workers(url, api_key=control_key)
-    except sglang_router_client.RouterError as error:
-        if error.status in (401, 403):
-            raise RolloutError(
-                f"the router at {url} refuses the key (HTTP {error.status}); it would keep routing to workers that "
-                "restart: restart the router with the new key first (deploy updates it when sglang_api_key changes)"
-            ) from error
-        if error.status is not None:
-            raise RolloutError(f"the router at {url} answered HTTP {error.status}: {error}") from error
-        return None
-    return Router(url, control_key, api_key)
+    candidates = []
+    if keys_file:
+        try:
+            with open(keys_file, encoding="utf-8") as handle:
+                held = json.load(handle)
+            candidates.append(str(held.get("admin_key") or "") if isinstance(held, dict) else "")
+        except (OSError, ValueError):
+            pass
+    candidates += [admin_key, api_key]
+    keys = list(dict.fromkeys(key for key in candidates if key))
+    return keys or [""]
+
+
+def router_for(url: str, control_keys: list[str], worker_api_key: str = "") -> Router | None:
+    """The router at `url`, managed with the first of `control_keys` it accepts on /workers; None when nothing
+    answers there (not deployed yet: nothing to take out of rotation).
+
+    A router that answers but refuses every key (401/403) is an error: it still routes to the workers, so skipping
+    the drain would cut requests.
+    """
+    refused: int | None = None
+    for key in control_keys or [""]:
+        try:
+            sglang_router_client.list_workers(url, api_key=key)
+        except sglang_router_client.RouterError as error:
+            if error.status in (401, 403):
+                refused = error.status
+                continue
+            if error.status is not None:
+                raise RolloutError(f"the router at {url} answered HTTP {error.status}: {error}") from error
+            return None
+        return Router(url, key, worker_api_key)
+    raise RolloutError(
+        f"the router at {url} refuses the fleet's admin key on /workers (HTTP {refused}); it would keep routing to "
+        "workers that restart: check sglang_router_admin_key against the key the running router was started with "
+        "(the admin key in its keys file, <config dir>/secrets/router.json), or restart the router (systemctl restart "
+        "sglang-router: it reads that file again) and deploy again"
+    )
 
 
 def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:
@@ -389,7 +408,8 @@ def main() -> None:
             "last_good_dir": {"type": "path", "default": "/etc/sglang-fleet/last-good"},
             "secrets_dir": {"type": "path", "default": ""},
             "router_url": {"type": "str", "default": ""},
-            "router_unit": {"type": "str", "default": "sglang-router.service"},
+            "router_admin_key": {"type": "str", "default": "", "no_log": True},
+            "router_keys_file": {"type": "path", "default": ""},
             "drain_timeout": {"type": "float", "default": 60.0},
             "timeout": {"type": "int", "default": 900},
             "interval": {"type": "float", "default": 2.0},
@@ -406,7 +426,11 @@ def main() -> None:
         module.exit_json(changed=bool(names), restarted={}, would_restart=names)
     try:
         router = (
-            router_for(params["router_url"], params["api_key"], running_key(params["router_unit"]))
+            router_for(
+                params["router_url"],
+                router_keys(params["router_keys_file"], params["router_admin_key"], params["api_key"]),
+                params["api_key"],
+            )
             if params["router_url"]
             else None
         )

@@ -1,6 +1,10 @@
 """Parse SGLang server command lines with the installed runtime's own parser, without starting a server.
 
-Usage: python check_server_args.py sglang|simulator [VERSION] < {"instance name": ["--flag", "value", ...], ...}
+Usage: python check_server_args.py sglang|simulator [VERSION] < {"instance name": COMMAND LINE, ...}
+COMMAND LINE is the argv list the unit runs, or {"argv": [...], "stand_in_config": PATH | null}: SGLang reads
+its --config file while parsing, and the unit's (the API key file, "api-key: ...") may not exist yet on a first
+deploy, so a private temporary file of the same shape (an api-key and a placeholder) is parsed in its place;
+the key itself is never read.
 Prints {"instance name": {"rc": 0|2|1, "error": "..."}}: rc 2 is the parser refusing the command line
 (argparse), 1 any other failure. VERSION is the pinned SGLang version: the simulator parses as that release
 (SGLANG_SIM_VERSION); a venv of SGLang itself is that release. Installed into the venv by sglang-fleet;
@@ -14,6 +18,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -45,10 +50,31 @@ def check(parse: Callable[[list[str]], Any], argv: list[str]) -> dict[str, Any]:
     return {"rc": 0, "error": ""}
 
 
+STAND_IN = "api-key: preflight-stand-in\n"
+
+
+def with_stand_in(command_line: Any, directory: str) -> list[str]:
+    """The argv to parse: the unit's, its API key file replaced by a stand-in of the same shape."""
+    if isinstance(command_line, list):
+        return [str(word) for word in command_line]
+    argv = [str(word) for word in command_line["argv"]]
+    config = command_line.get("stand_in_config")
+    if config:
+        stand_in = os.path.join(directory, "stand-in-" + os.path.basename(str(config)))
+        with open(stand_in, "w", encoding="utf-8") as handle:
+            handle.write(STAND_IN)
+        argv = [
+            stand_in if word == config and index and argv[index - 1] == "--config" else word for index, word in enumerate(argv)
+        ]
+    return argv
+
+
 def main() -> int:
     parse = runtime_parser(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")
     command_lines = json.load(sys.stdin)
-    print(json.dumps({name: check(parse, argv) for name, argv in command_lines.items()}))
+    with tempfile.TemporaryDirectory(prefix="sglang-fleet-args-") as directory:
+        verdicts = {name: check(parse, with_stand_in(line, directory)) for name, line in command_lines.items()}
+    print(json.dumps(verdicts))
     return 0
 
 

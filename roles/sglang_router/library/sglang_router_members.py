@@ -1,0 +1,181 @@
+#!/usr/bin/python
+"""Ansible module: make the router's workers the planned ones (a run that died mid-rollout leaves one out)."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ansible.module_utils import sglang_router_client
+
+DOCUMENTATION = r"""
+module: sglang_router_members
+short_description: Reconciles sglang-router's workers with the planned ones
+description:
+  - Lists the router's workers (C(GET /workers)) and compares them with I(workers).
+  - A planned worker the router does not list, or lists as unhealthy, is registered (again) when the worker itself
+    is ready (its I(ready_path) answers 200); one that is not ready is left out and named in C(skipped).
+  - A listed worker that is not planned any more is removed.
+  - Changes nothing when the two agree; check mode reports what would change.
+options:
+  router_url:
+    description: The router's base URL (loopback).
+    type: str
+    required: true
+  workers:
+    description: The planned worker URLs (the host's C(sglang_instances) urls).
+    type: list
+    elements: str
+    required: true
+  api_key:
+    description: The key the router accepts on C(/workers) (Bearer token); empty for none.
+    type: str
+    default: ""
+  worker_api_key:
+    description: The key the workers expect (sent to them for the readiness probe and given to the router with each
+      worker it registers); empty for none.
+    type: str
+    default: ""
+  ready_path:
+    description: The worker path that answers 200 once it serves (SGLang's C(/health_generate) generates a token).
+    type: str
+    default: /health_generate
+  timeout:
+    description: Seconds to wait for each registration to show as healthy.
+    type: int
+    default: 120
+author: sglang-fleet
+"""
+
+EXAMPLES = r"""
+- name: Reconcile the router's workers with the plan
+  sglang_router_members:
+    router_url: http://127.0.0.1:30100
+    workers: "{{ sglang_instances | map(attribute='url') | list }}"
+    api_key: "{{ sglang_router_admin_key | default(sglang_api_key) }}"
+    worker_api_key: "{{ sglang_api_key }}"
+"""
+
+RETURN = r"""
+added:
+  description: Planned workers that were registered (again).
+  returned: always
+  type: list
+removed:
+  description: Workers the plan no longer has, unregistered.
+  returned: always
+  type: list
+skipped:
+  description: Planned workers left out because they are not ready, with the reason.
+  returned: always
+  type: list
+"""
+
+
+def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) -> str | None:
+    """None when the worker answers 200 on `path`, else why not."""
+    request = urllib.request.Request(url.rstrip("/") + path, method="GET")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status = int(response.status)
+    except urllib.error.HTTPError as error:
+        status = int(error.code)
+    except (urllib.error.URLError, OSError) as error:
+        return f"{path}: no answer ({error})"
+    return None if status == 200 else f"{path}: HTTP {status}"
+
+
+def plan_changes(
+    listed: Sequence[dict[str, Any]], planned: Sequence[str], ready: Callable[[str], str | None]
+) -> dict[str, list[Any]]:
+    """What to do: {"add": planned URLs to register, "remove": unplanned URLs, "skipped": [{url, reason}]}."""
+    wanted = [sglang_router_client.normalize_url(url) for url in planned]
+    by_url = {str(worker.get("url", "")).rstrip("/"): worker for worker in listed}
+    add, skipped = [], []
+    for url in dict.fromkeys(wanted):
+        worker = by_url.get(url)
+        if worker is not None and worker.get("is_healthy") is True:
+            continue
+        why = ready(url)
+        if why is None:
+            add.append(url)
+        else:
+            state = "not listed" if worker is None else "listed as unhealthy"
+            skipped.append({"url": url, "reason": f"{state} by the router, and not ready itself ({why})"})
+    remove = sorted(url for url in by_url if url not in wanted)
+    return {"add": add, "remove": remove, "skipped": skipped}
+
+
+def reconcile(
+    router_url: str,
+    planned: Sequence[str],
+    api_key: str = "",
+    worker_api_key: str = "",
+    ready_path: str = "/health_generate",
+    timeout: float = 120.0,
+    check_mode: bool = False,
+    ready: Callable[[str], str | None] | None = None,
+) -> dict[str, Any]:
+    """Brings the router's workers to `planned`; returns changed, added, removed, skipped."""
+    probe = ready or (lambda url: worker_ready(url, ready_path, worker_api_key))
+    listed = sglang_router_client.list_workers(router_url, api_key=api_key)
+    changes = plan_changes(listed, planned, probe)
+    if not check_mode:
+        for url in changes["remove"]:
+            sglang_router_client.remove_worker(router_url, url, timeout=30, api_key=api_key)
+        for url in changes["add"]:
+            # An unhealthy registration is removed first: a fresh one is routed to at once.
+            sglang_router_client.add_worker(router_url, url, timeout=timeout, api_key=api_key, worker_api_key=worker_api_key)
+    return {
+        "changed": bool(changes["add"] or changes["remove"]),
+        "added": changes["add"],
+        "removed": changes["remove"],
+        "skipped": changes["skipped"],
+    }
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "router_url": {"type": "str", "required": True},
+            "workers": {"type": "list", "elements": "str", "required": True},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "worker_api_key": {"type": "str", "default": "", "no_log": True},
+            "ready_path": {"type": "str", "default": "/health_generate"},
+            "timeout": {"type": "int", "default": 120},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        result = reconcile(
+            params["router_url"],
+            params["workers"],
+            api_key=params["api_key"],
+            worker_api_key=params["worker_api_key"],
+            ready_path=params["ready_path"],
+            timeout=params["timeout"],
+            check_mode=module.check_mode,
+        )
+    except sglang_router_client.RouterError as error:
+        if module.check_mode and error.status in (None, 401, 403):
+            # Not running yet (a first deploy's check: it will start with every planned worker), or running with the
+            # keys this run replaces (the real run restarts it first): nothing to compare with.
+            module.warn(f"router {params['router_url']}: cannot compare its workers in check mode: {error}")
+            module.exit_json(changed=False, added=[], removed=[], skipped=[], msg=f"router {params['router_url']}: {error}")
+        module.fail_json(msg=f"router {params['router_url']}: {error}")
+    except ValueError as error:
+        module.fail_json(msg=str(error))
+    for skipped in result["skipped"]:
+        module.warn(f"router {params['router_url']}: planned worker {skipped['url']} left out: {skipped['reason']}")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""The launchers the units start their programs with: keys stay out of the journal (servers), and out of the command
+line and the environment (router)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from fleet import ROOT
+from simulator.simkit import SRC, Env, free_port, make_model, write_gpus
+
+SERVER_LAUNCHER = ROOT / "roles/sglang_server/files/sglang_launcher.py"
+ROUTER_LAUNCHER = ROOT / "roles/sglang_router/files/sglang_router_launcher.py"
+KEY = "sk-fleet-client-0123456789"
+ADMIN_KEY = "FleetAdmin0123456789abcdefghijklmnopqrst"
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def clean_environment(**extra: str) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(("SGLANG", "PYTHON"))}, **extra}
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (f"server_args=ServerArgs(model_path='/m', api_key='{KEY}', port=30003)", "api_key='<redacted>', port=30003)"),
+        (f"server_args={{'api_key': '{KEY}', 'admin_api_key': '{ADMIN_KEY}'}}", "'admin_api_key': '<redacted>'}"),
+        (f'{{"api_key": "{KEY}", "port": 30003}}', '"api_key": \'<redacted>\', "port": 30003}'),
+        (f"ServerArgs(admin_api_key='{ADMIN_KEY}', api_key=\"it's {KEY}\")", "api_key='<redacted>')"),
+        (f"launch_command='python -m sglang.launch_server --api-key {KEY} --port 30003'", "--api-key <redacted> --port 30003'"),
+        (f"argv: --admin-api-key={ADMIN_KEY} --api-key={KEY}", "--admin-api-key=<redacted> --api-key=<redacted>"),
+        (f"config: {{'api-key': '{KEY}'}}", "{'api-key': '<redacted>'}"),
+    ],
+)
+def test_the_server_launcher_redacts_every_key_value(line: str, shown: str) -> None:
+    redacted = load(SERVER_LAUNCHER).redact(line)
+    assert KEY not in redacted and ADMIN_KEY not in redacted
+    assert redacted.endswith(shown)
+
+
+def test_the_server_launcher_leaves_other_text_alone() -> None:
+    text = "server_args={'api_key': None, 'model_path': '/m', 'watermark_key': '<redacted>'} api_key_file=x"
+    assert load(SERVER_LAUNCHER).redact(text) == text
+
+
+FAKE_SGLANG = f"""
+import json, logging, sys
+# SGLang sets up its own handlers after start; the launcher's redaction must survive that.
+logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", force=True)
+logger = logging.getLogger("sglang.srt.entrypoints.engine")
+logger.info(f"server_args={{dict(model_path='/m', api_key={KEY!r}, admin_api_key={ADMIN_KEY!r}, port=30003)}}")
+logging.LoggerAdapter(logging.getLogger("uvicorn"), {{}}).info("ServerArgs(api_key=%r)", {KEY!r})
+try:
+    raise ValueError("api_key={KEY!r} refused")
+except ValueError:
+    logger.exception("start failed")
+print(json.dumps({{"name": __name__, "argv": sys.argv}}))
+"""
+
+
+def test_the_server_launcher_runs_the_module_as_main_with_the_same_argv_and_no_key_in_its_log(tmp_path: Path) -> None:
+    package = tmp_path / "fakesglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(FAKE_SGLANG)
+    args = ["--model-path", "/m", "--port", "30003", "--config", "/etc/sglang-fleet/secrets/sglang-30003.yaml"]
+    ran = subprocess.run(
+        [sys.executable, str(SERVER_LAUNCHER), "fakesglang.launch_server", *args],
+        env=clean_environment(PYTHONPATH=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(ran.stdout) == {"name": "__main__", "argv": [str(package / "launch_server.py"), *args]}
+    assert "server_args=" in ran.stderr and "Traceback" in ran.stderr and "start failed" in ran.stderr
+    assert ran.stderr.count("<redacted>") >= 4  # the traceback shows the source line too
+    assert KEY not in ran.stderr + ran.stdout and ADMIN_KEY not in ran.stderr
+
+
+def test_the_simulator_started_through_the_launcher_logs_no_key(tmp_path: Path) -> None:
+    """The sandbox's runtime logs its settings with the key, as SGLang does; through the launcher they are redacted."""
+    gpus = tmp_path / "gpus.json"
+    write_gpus(gpus)
+    environment = Env(tmp=tmp_path, gpus_file=gpus, state_dir=tmp_path / "state").environ()
+    model = make_model(tmp_path / "Qwen3.6-27B")
+    args = ["--model-path", str(model), "--api-key", KEY, "--host", "127.0.0.1", "--port", str(free_port())]
+    for launcher in ([sys.executable, "-m", "sglang_simulator"], [sys.executable, str(SERVER_LAUNCHER), "sglang_simulator"]):
+        log = started_log(launcher + args, environment)
+        assert "server_args=" in log
+        if launcher[1] == "-m":
+            assert KEY in log, "without the launcher the simulator logs the key, as SGLang does"
+        else:
+            assert KEY not in log and "'api_key': '<redacted>'" in log
+
+
+def started_log(argv: list[str], environment: dict[str, str], timeout: float = 30.0) -> str:
+    """What the server writes to stderr until it logged its settings (then it is stopped)."""
+    assert environment["PYTHONPATH"] == str(SRC)
+    process = subprocess.Popen(argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    lines: list[str] = []
+    selector = selectors.DefaultSelector()
+    selector.register(process.stderr, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not any("server_args=" in line for line in lines):
+            if selector.select(timeout=0.5):
+                line = process.stderr.readline()
+                if not line:
+                    break
+                lines.append(line)
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+        process.stderr.close()
+    return "".join(lines)
+
+
+def write_keys(path: Path, api_key: str = KEY, admin_key: str = ADMIN_KEY) -> Path:
+    path.write_text(json.dumps({"api_key": api_key, "admin_key": admin_key}))
+    path.chmod(0o600)
+    return path
+
+
+FAKE_ROUTER = """
+import json, os, sys
+with open(os.environ["FAKE_ROUTER_REPORT"], "w") as report:
+    json.dump({"name": __name__, "argv": sys.argv, "cmdline": open("/proc/self/cmdline").read(),
+               "environ": open("/proc/self/environ").read()}, report)
+"""
+
+
+def test_the_router_launcher_hands_the_keys_over_inside_the_process(tmp_path: Path) -> None:
+    package = tmp_path / "sglang_router"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_router.py").write_text(FAKE_ROUTER)
+    keys = write_keys(tmp_path / "router.json")
+    report = tmp_path / "report.json"
+    args = ["--host", "127.0.0.1", "--port", "30100", "--worker-urls", "http://127.0.0.1:30000"]
+    subprocess.run(
+        [sys.executable, str(ROUTER_LAUNCHER), str(keys), *args],
+        env=clean_environment(PYTHONPATH=str(tmp_path), FAKE_ROUTER_REPORT=str(report)),
+        check=True,
+        timeout=60,
+    )
+    seen = json.loads(report.read_text())
+    assert seen["name"] == "__main__"
+    assert seen["argv"] == [
+        str(package / "launch_router.py"),
+        *args,
+        f"--api-key={KEY}",
+        f"--control-plane-api-keys=fleet:sglang-fleet:admin:{ADMIN_KEY}",
+    ]
+    assert KEY not in seen["cmdline"] and ADMIN_KEY not in seen["cmdline"] and str(keys) in seen["cmdline"]
+    assert KEY not in seen["environ"] and ADMIN_KEY not in seen["environ"]
+
+
+def test_the_router_launcher_adds_only_the_keys_it_has(tmp_path: Path) -> None:
+    launcher = load(ROUTER_LAUNCHER)
+    admin_only = launcher.key_args({"api_key": "", "admin_key": ADMIN_KEY})
+    assert admin_only == [f"--control-plane-api-keys=fleet:sglang-fleet:admin:{ADMIN_KEY}"]
+    assert launcher.key_args({"api_key": "-starts-with-a-dash", "admin_key": ""}) == ["--api-key=-starts-with-a-dash"]
+    assert launcher.key_args({}) == []
+
+
+def test_the_router_launcher_refuses_a_key_on_the_command_line(tmp_path: Path) -> None:
+    launcher = load(ROUTER_LAUNCHER)
+    keys = write_keys(tmp_path / "router.json")
+    with pytest.raises(SystemExit, match="--api-key belongs in"):
+        launcher.main([str(keys), "--port", "30100", "--api-key", KEY], entry_point="nothing_to_run")

@@ -1,0 +1,181 @@
+"""sglang_router_members: the router's workers are brought back to the planned ones (fake router on loopback)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+# Not on mypy_path (roles/sglang_router/library, tests/unit); pytest finds both (tests/conftest.py, rootdir).
+import sglang_router_members as module
+from ansible.module_utils.sglang_router_client import RouterError
+from test_sglang_router_client import W1, W2, W3, FakeRouter
+
+
+@pytest.fixture
+def router() -> Iterator[FakeRouter]:
+    fake = FakeRouter()
+    fake.add_after = 1
+    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread.start()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+    thread.join(timeout=5)
+
+
+class FakeWorker:
+    """A worker's /health_generate: `status` is what it answers; `seen` the Authorization headers it got."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.seen: list[str | None] = []
+        worker = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                worker.seen.append(self.headers.get("Authorization"))
+                self.send_response(worker.status if self.path == "/health_generate" else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def worker() -> Iterator[FakeWorker]:
+    fake = FakeWorker()
+    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread.start()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+    thread.join(timeout=5)
+
+
+def ready(url: str) -> str | None:
+    return None
+
+
+def changes(router: FakeRouter) -> list[tuple[str, str]]:
+    return [(method, path) for method, path, _ in router.calls if method != "GET"]
+
+
+def test_a_planned_worker_the_router_lost_is_added_back(router: FakeRouter) -> None:
+    router.register(W1)
+    result = module.reconcile(router.url, [W1, W2 + "/"], ready=ready, timeout=10)
+    assert result == {"changed": True, "added": [W2], "removed": [], "skipped": []}
+    assert sorted(w["url"] for w in router.workers.values() if w["is_healthy"]) == [W1, W2]
+    assert changes(router) == [("POST", "/workers")]
+
+
+def test_a_worker_the_plan_no_longer_has_is_removed(router: FakeRouter) -> None:
+    router.register(W1)
+    gone = router.register(W3)
+    result = module.reconcile(router.url, [W1], ready=ready, timeout=10)
+    assert result == {"changed": True, "added": [], "removed": [W3], "skipped": []}
+    assert list(router.workers) == [W1]
+    assert changes(router) == [("DELETE", f"/workers/{gone}")]
+
+
+def test_nothing_changes_when_the_router_has_the_planned_workers(router: FakeRouter) -> None:
+    router.register(W2)
+    router.register(W1)
+    result = module.reconcile(router.url, [W1, W2], ready=lambda url: pytest.fail("no probe needed"), timeout=10)
+    assert result == {"changed": False, "added": [], "removed": [], "skipped": []}
+    assert changes(router) == []
+
+
+def test_check_mode_reports_the_difference_and_changes_nothing(router: FakeRouter) -> None:
+    router.register(W1)
+    router.register(W3)
+    result = module.reconcile(router.url, [W1, W2], ready=ready, check_mode=True)
+    assert result == {"changed": True, "added": [W2], "removed": [W3], "skipped": []}
+    assert changes(router) == []
+    assert sorted(router.workers) == [W1, W3]
+
+
+def test_a_planned_worker_that_is_not_ready_is_left_out(router: FakeRouter) -> None:
+    router.register(W1)
+    result = module.reconcile(router.url, [W1, W2], ready=lambda url: "/health_generate: HTTP 503", timeout=10)
+    assert result["changed"] is False and result["added"] == []
+    assert result["skipped"] == [
+        {"url": W2, "reason": "not listed by the router, and not ready itself (/health_generate: HTTP 503)"}
+    ]
+    assert changes(router) == []
+
+
+def test_a_worker_listed_as_unhealthy_but_ready_is_registered_again(router: FakeRouter) -> None:
+    old = router.register(W1, healthy=False)
+    result = module.reconcile(router.url, [W1], ready=ready, timeout=10)
+    assert result["changed"] is True and result["added"] == [W1]
+    assert changes(router) == [("DELETE", f"/workers/{old}"), ("POST", "/workers")]
+    assert router.workers[W1]["is_healthy"] is True
+
+
+def test_the_routers_key_and_the_workers_key(router: FakeRouter, worker: FakeWorker) -> None:
+    router.api_key = "admin-secret"
+    result = module.reconcile(router.url, [worker.url], api_key="admin-secret", worker_api_key="worker-secret", timeout=10)
+    assert result["added"] == [worker.url]
+    assert worker.seen == ["Bearer worker-secret"], "the readiness probe carries the workers' key"
+    assert [c[2] for c in router.calls if c[0] == "POST"] == [{"url": worker.url, "api_key": "worker-secret"}]
+    with pytest.raises(RouterError, match="HTTP 401"):
+        module.reconcile(router.url, [worker.url], api_key="wrong")
+
+
+def test_worker_readiness_probe(worker: FakeWorker) -> None:
+    assert module.worker_ready(worker.url, "/health_generate") is None
+    worker.status = 503
+    assert module.worker_ready(worker.url, "/health_generate") == "/health_generate: HTTP 503"
+    worker.server.server_close()
+    closed = module.worker_ready(worker.url, "/health_generate", timeout=2)
+    assert closed is not None and closed.startswith("/health_generate: no answer")
+
+
+def run_main(capsys: pytest.CaptureFixture[str], **args: Any) -> dict[str, Any]:
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args(args), pytest.raises(SystemExit):
+        module.main()
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def test_module_reports_changed_only_when_it_changed_something(
+    router: FakeRouter, worker: FakeWorker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = run_main(capsys, router_url=router.url, workers=[worker.url], timeout=10)
+    assert first["changed"] is True and first["added"] == [worker.url]
+    again = run_main(capsys, router_url=router.url, workers=[worker.url], timeout=10)
+    assert again["changed"] is False and again["added"] == []
+
+
+def test_module_in_check_mode_without_a_running_router_changes_nothing(
+    router: FakeRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = router.url
+    router.server.shutdown()
+    router.server.server_close()
+    checked = run_main(capsys, router_url=url, workers=[W1], _ansible_check_mode=True)
+    assert checked["changed"] is False and "no answer" in checked["msg"]
+    failed = run_main(capsys, router_url=url, workers=[W1])
+    assert failed["failed"] is True and "no answer" in failed["msg"]
+
+
+def test_module_in_check_mode_with_a_router_that_refuses_the_new_key_changes_nothing(
+    router: FakeRouter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The router still runs with the keys this run replaces: the real run restarts it before this task."""
+    router.api_key = "old-key"
+    checked = run_main(capsys, router_url=router.url, workers=[W1], api_key="new-key", _ansible_check_mode=True)
+    assert checked["changed"] is False and "HTTP 401" in checked["msg"]
+    failed = run_main(capsys, router_url=router.url, workers=[W1], api_key="new-key")
+    assert failed["failed"] is True and "HTTP 401" in failed["msg"]
