@@ -18,11 +18,14 @@ $OUT/results.tar.gz (atomically) after every stage:
                asserts that no instance's processes hold memory on the other GPU; SIGTERM to both
   plan         tests/hardware/host_vars/h200.yml through sglang_plan_settings and sglang_plan() with the real facts
                (on two GPUs kept to GPU 0 with sglang_gpu_ids: [0])
-  nextn        the planned instance launched exactly (python3 -m sglang.launch_server + argv, + environment);
-               readiness with sglang_readiness.wait(), sglang_rollout.verify(), a timed probe, running_requests(),
-               raw recordings, SIGTERM shutdown
+  nextn        the planned instance, planned with an API key (--config <key file>), launched as the unit starts it
+               (python3 roles/sglang_server/files/sglang_launcher.py sglang.launch_server + argv, + environment);
+               readiness with sglang_readiness.wait(), sglang_rollout.verify() with the key, a timed probe,
+               running_requests(), raw recordings, SIGTERM shutdown; checks: no key in the log, 401 without it,
+               the process's /proc cmdline
   failures     (concurrently with nextn) the argv with `--no-such-flag 8`, and with --mem-fraction-static 0.00001
   ngram        the same host with sglang_speculative {algorithm: NGRAM, num_draft_tokens: 4}, if time allows
+               (ngram and failures: python3 -m sglang.launch_server, no key, as in the earlier recordings)
 
 On a machine with two GPUs (torch.cuda.device_count() >= 2; in a rehearsal, the simulator's GPU list) tp2 and
 per_gpu run right after cuda_smoke, before the single-GPU stages; with one GPU they are recorded as skipped.
@@ -40,6 +43,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -60,6 +64,11 @@ HERE = Path(__file__).resolve().parent
 PY = sys.executable
 # What serves: real SGLang; a rehearsal without a GPU sets HW_LAUNCH_MODULE=sglang_simulator (see README.md).
 LAUNCH_MODULE = os.environ.get("HW_LAUNCH_MODULE", "sglang.launch_server")
+# The product's launcher (the unit's ExecStart runs `<venv>/bin/python -I` on it); here run by this python without -I,
+# since SGLang comes from PYTHONPATH (the unpacked bundle), not a venv.
+LAUNCHER = ROOT / "roles/sglang_server/files/sglang_launcher.py"
+# Where the keyed stages' API key files go (the fleet's sglang_server_secrets_dir, under /tmp here).
+SECRETS_DIR = Path("/tmp/hw-secrets")
 MANDATORY_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 GPU_QUERY = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id"
 APPS_QUERY = "pid,gpu_uuid,used_memory,process_name"
@@ -78,6 +87,9 @@ class Run:
         self.summary: Json = {"budget_s": budget_s, "stages": {}, "messages": []}
         self.procs: list[subprocess.Popen[bytes]] = []
         self.lock = threading.Lock()
+        # API keys of keyed stages: replaced by '<redacted>' in every file saved (SGLang's /server_info answers the
+        # key in plain text, as `api_key` and in `internal_states`, to a client that holds it).
+        self.secrets: list[str] = []
         shutil.rmtree(res, ignore_errors=True)
         res.mkdir(parents=True)
 
@@ -97,6 +109,8 @@ class Run:
         path = self.res / name
         path.parent.mkdir(parents=True, exist_ok=True)
         text = obj if isinstance(obj, str) else json.dumps(obj, indent=2, default=str) + "\n"
+        for secret in self.secrets:
+            text = text.replace(secret, "<redacted>")
         path.write_text(text, encoding="utf-8")
         return path
 
@@ -169,7 +183,7 @@ def sh(run: Run, name: str, argv: list[str], timeout: float = 60.0, env: dict[st
     return rec
 
 
-def http(url: str, payload: Any = None, timeout: float = 60.0) -> Json:
+def http(url: str, payload: Any = None, timeout: float = 60.0, api_key: str = "") -> Json:
     """One exchange, never raising: status ("refused", "timeout" when none), headers, body (JSON or text), seconds."""
     rec: Json = {"url": url, "method": "POST" if payload is not None else "GET"}
     if payload is not None:
@@ -177,6 +191,8 @@ def http(url: str, payload: Any = None, timeout: float = 60.0) -> Json:
     data = json.dumps(payload).encode() if payload is not None else None
     request = urllib.request.Request(url, data=data, method=rec["method"])
     request.add_header("Content-Type", "application/json")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
     t = time.time()
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -279,6 +295,9 @@ def plan_settings(variables_file: Path, **overrides: Any) -> Json:
             settings[key] = variables[match.group(1)]
         elif key == "has_api_key":
             settings[key] = len(str(variables.get("sglang_api_key") or "")) > 0
+        elif key == "secrets_dir":
+            config_dir = variables.get("sglang_server_config_dir") or "/etc/sglang-fleet"
+            settings[key] = variables.get("sglang_server_secrets_dir") or f"{config_dir}/secrets"
         else:
             raise ValueError(f"cannot render {key}: {value} without jinja2")
     return settings
@@ -302,18 +321,36 @@ def make_plan(mods: dict[str, types.ModuleType], facts: Json, run: Run, tag: str
 # Servers
 
 
-class Server:
-    """`python3 -m sglang.launch_server` + argv, in its own session, its output time-stamped into a log."""
+def without_config(argv: list[str]) -> list[str]:
+    """The argv without its `--config FILE` (the API key file the plan names when sglang_api_key is set)."""
+    out = list(argv)
+    while "--config" in out[:-1]:
+        index = out.index("--config")
+        del out[index : index + 2]
+    return out
 
-    def __init__(self, run: Run, tag: str, argv: list[str], env_added: dict[str, str]) -> None:
+
+class Server:
+    """`python3 -m sglang.launch_server` + argv, in its own session, its output time-stamped into a log.
+
+    With `launcher`, as the unit starts it: `python3 roles/sglang_server/files/sglang_launcher.py sglang.launch_server`
+    + argv (the unit runs the venv's `python -I`; here SGLang comes from PYTHONPATH, which -I would ignore).
+    """
+
+    def __init__(self, run: Run, tag: str, argv: list[str], env_added: dict[str, str], launcher: bool = False) -> None:
         self.run, self.tag = run, tag
-        self.cmd = [PY, "-m", LAUNCH_MODULE, *argv]
+        self.cmd = [PY, str(LAUNCHER), LAUNCH_MODULE, *argv] if launcher else [PY, "-m", LAUNCH_MODULE, *argv]
         self.env = {**os.environ, **env_added, **MANDATORY_ENV}
         self.lines: list[tuple[float, str]] = []
         self.logpath = run.res / tag / "server.log"
         self.logpath.parent.mkdir(parents=True, exist_ok=True)
         self.logf = open(self.logpath, "w", encoding="utf-8")  # noqa: SIM115
-        self.logf.write(f"# cmd: {' '.join(self.cmd)}\n# env added: {json.dumps(env_added)}\n")
+        # `# cmd:` is what tests/contract/recordings.py replays against the simulator: `python3 -m MODULE` + the argv
+        # without `--config <key file>` (the key stays out of the recordings, so a replay sends none). When the launch
+        # differs (the product's launcher, a key file), `# launched:` above it is the exact command.
+        replay = [PY, "-m", LAUNCH_MODULE, *without_config(argv)]
+        launched = f"# launched: {' '.join(self.cmd)}\n" if self.cmd != replay else ""
+        self.logf.write(f"{launched}# cmd: {' '.join(replay)}\n# env added: {json.dumps(env_added)}\n")
         self.t_launch = time.time()
         self.p = subprocess.Popen(
             self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
@@ -334,6 +371,14 @@ class Server:
 
     def rel(self) -> float:
         return round(time.time() - self.t_launch, 3)
+
+    def cmdline(self) -> list[str] | None:
+        """The argv the launched process runs, from /proc/<pid>/cmdline (None once it is gone)."""
+        try:
+            raw = Path(f"/proc/{self.p.pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        return [word.decode(errors="replace") for word in raw.split(b"\0")[:-1]]
 
     def first(self, pattern: str) -> float | None:
         rx = re.compile(pattern)
@@ -445,11 +490,13 @@ def instance_argv_with(argv: list[str], **flags: str) -> list[str]:
     return out
 
 
-def launch(run: Run, tag: str, instance: Json, record: Json, ready_timeout: float) -> tuple[Server, HealthRecorder]:
+def launch(run: Run, tag: str, instance: Json, record: Json, ready_timeout: float,
+           launcher: bool = False) -> tuple[Server, HealthRecorder]:
     """The planned instance's argv and environment, launched; its /health answers recorded from launch."""
     record["argv"] = instance["argv"]
     record["environment"] = instance["environment"]
-    server = Server(run, tag, instance["argv"], instance["environment"])
+    server = Server(run, tag, instance["argv"], instance["environment"], launcher=launcher)
+    record["cmd"] = server.cmd
     record["mandatory_env"] = {name: server.env.get(name) for name in MANDATORY_ENV}
     health = HealthRecorder(server, instance["url"].rstrip("/"), time.time() + ready_timeout)
     health.start()
@@ -470,17 +517,18 @@ def record_ready(run: Run, tag: str, server: Server, health: HealthRecorder, rea
     return ready
 
 
-def exercise(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Json, record: Json) -> None:
-    """A ready instance: verify(), a timed probe, running_requests(), and the raw exchanges recorded."""
+def exercise(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Json, record: Json,
+             api_key: str = "") -> None:
+    """A ready instance: verify(), a timed probe, running_requests(), and the raw exchanges recorded (with the key)."""
     readiness = mods["sglang_readiness"]
     rollout = mods["sglang_rollout"]
     url = instance["url"].rstrip("/")
-    exchange = functools.partial(http, timeout=120)
+    exchange = functools.partial(http, timeout=120, api_key=api_key)
     run.save(f"{tag}/server_info.before.json", exchange(f"{url}/server_info"))
     apps = sh(run, f"{tag}/nvidia-smi.compute-apps.serving",
               ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader,nounits"])
     record["compute_apps_while_serving"] = apps.get("stdout")
-    host = rollout.Host(get_json=functools.partial(readiness.http_json, api_key=""))
+    host = rollout.Host(get_json=functools.partial(readiness.http_json, api_key=api_key))
     t = time.time()
     record["verify_started_s"] = run.now()
     try:
@@ -493,7 +541,7 @@ def exercise(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Js
     probe = {"text": "sglang-fleet rollout probe:",
              "sampling_params": {"max_new_tokens": PROBE_TOKENS, "temperature": 0, "ignore_eos": True}}
     t = time.time()
-    answer = readiness.http_json(f"{url}/generate", probe, timeout=120)
+    answer = readiness.http_json(f"{url}/generate", probe, timeout=120, api_key=api_key)
     seconds = time.time() - t
     tokens = int(((answer or {}).get("meta_info") or {}).get("completion_tokens") or 0)
     record["probe"] = {"tokens": tokens, "seconds": round(seconds, 4), "tokens_per_s": round(tokens / seconds, 1),
@@ -510,13 +558,17 @@ def exercise(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Js
 
 
 def serve_and_verify(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Json, record: Json,
-                     ready_timeout: float, extra: Callable[[], None] | None = None) -> None:
+                     ready_timeout: float, extra: Callable[[], None] | None = None, api_key: str = "",
+                     launcher: bool = False, on_launch: Callable[[Server], None] | None = None) -> None:
     """Launch the planned instance, wait() for it, verify() it, record the raw exchanges, then SIGTERM it.
 
-    `extra`, when given, runs after the recordings while the server still serves.
+    `extra`, when given, runs after the recordings while the server still serves; `on_launch` gets the Server at once.
+    `api_key` goes with every request but the health routes; `launcher` starts it as the unit does (Server).
     """
     readiness = mods["sglang_readiness"]
-    server, health = launch(run, tag, instance, record, ready_timeout)
+    server, health = launch(run, tag, instance, record, ready_timeout, launcher=launcher)
+    if on_launch is not None:
+        on_launch(server)
     try:
         services = [{"unit": instance["unit"], "url": instance["url"].rstrip("/")}]
         t = time.time()
@@ -527,7 +579,7 @@ def serve_and_verify(run: Run, mods: dict[str, types.ModuleType], tag: str, inst
         if not record_ready(run, tag, server, health, "failed" not in result, record):
             return
         run.snapshot()
-        exercise(run, mods, tag, instance, record)
+        exercise(run, mods, tag, instance, record, api_key=api_key)
         if extra is not None:
             extra()
         run.snapshot()
@@ -742,7 +794,7 @@ def stage_tp2(run: Run, mods: dict[str, types.ModuleType], facts: Json, record: 
         batch_probe(run, "tp2", url, record)
 
     serve_and_verify(run, mods, "tp2", instance, record, ready_timeout=min(200.0, max(90.0, run.left() - 200)),
-                     extra=while_serving)
+                     extra=while_serving, launcher=True)
     record["checks"] = {
         **record["plan_checks"],
         "cuda_smoke_all_reduce": record["cuda_smoke_all_reduce"].get("ok"),
@@ -752,6 +804,102 @@ def stage_tp2(run: Run, mods: dict[str, types.ModuleType], facts: Json, record: 
         "batch_probe": (record.get("batch_probe") or {}).get("ok"),
         "mandatory_env": record.get("mandatory_env") == MANDATORY_ENV,
     }
+
+
+def write_key_file(instance: Json, key: str) -> Path:
+    """The instance's --config file as roles/sglang_server/templates/sglang.secret.yaml.j2 renders it, mode 0600."""
+    path = Path(str(instance["config_file"]))
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(f"# Options of {instance['name']} that must not be in its command line (SGLang's --config).\n"
+                     f"api-key: {json.dumps(key)}\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def stage_nextn(run: Run, mods: dict[str, types.ModuleType], facts: Json, keyless: Json, record: Json,
+                ready_timeout: float, **overrides: Any) -> None:
+    """The NEXTN instance as the unit now starts it: planned with an API key (--config <secrets_dir>/<name>.yaml),
+    the key file written as the fleet writes it, launched through the product's launcher; then readiness (health
+    routes need no key), verify() and every recorded request with the key, and the checks (a) the key is nowhere in
+    the server's log, (b) no key: 401, /health_generate: 200, (c) /proc/<pid>/cmdline = launcher + module + argv."""
+    key = "sk-hw-" + secrets.token_hex(16)
+    run.secrets.append(key)
+    plan = make_plan(mods, facts, run, "nextn", sglang_api_key=key, sglang_server_secrets_dir=str(SECRETS_DIR),
+                     **overrides)
+    record["problems"] = plan["problems"]
+    if not plan["instances"]:
+        raise RuntimeError("the keyed NEXTN plan derived no instance")
+    instance = plan["instances"][0]
+    config_file = f"{SECRETS_DIR}/{instance['name']}.yaml"
+    record["plan_checks"] = {
+        "has_api_key": plan["settings"].get("has_api_key") is True,
+        "secrets_dir": plan["settings"].get("secrets_dir") == str(SECRETS_DIR),
+        "argv_ends_with_config": instance["argv"][-2:] == ["--config", config_file],
+        "argv_is_keyless_plan_plus_config": instance["argv"] == [*keyless["argv"], "--config", config_file],
+        "plan_holds_no_key": key not in json.dumps(plan),
+    }
+    path = write_key_file(instance, key)
+    record["key_file"] = {"path": str(path), "mode": oct(path.stat().st_mode & 0o777)}
+    url = instance["url"].rstrip("/")
+    servers: list[Server] = []
+
+    def while_serving() -> None:
+        record["proc_cmdline"] = servers[0].cmdline()
+        info = http(f"{url}/server_info", timeout=60, api_key=key).get("body")
+        record["server_info_answers_key"] = isinstance(info, dict) and info.get("api_key") == key
+        no_key = http(f"{url}/v1/models", timeout=60)
+        health = http(f"{url}/health_generate", timeout=120)
+        with_key = http(f"{url}/v1/models", timeout=60, api_key=key)
+        record["auth"] = {"v1_models_without_key": no_key["status"], "v1_models_body_without_key": no_key.get(
+            "body", no_key.get("body_text")), "health_generate_without_key": health["status"],
+            "v1_models_with_key": with_key["status"]}
+
+    try:
+        serve_and_verify(run, mods, "nextn", instance, record, ready_timeout, extra=while_serving, api_key=key,
+                         launcher=True, on_launch=servers.append)
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    log = servers[0].logpath.read_text(errors="replace") if servers else ""
+    args_lines = [line for line in log.splitlines() if "server_args=" in line]
+    record["server_args_line"] = args_lines[0] if args_lines else None
+    expected = [PY, str(LAUNCHER), LAUNCH_MODULE, *instance["argv"]]
+    cmdline = record.get("proc_cmdline")
+    record["files_holding_key"] = key_in_results(run, key)
+    auth = record.get("auth") or {}
+    record["checks"] = {
+        **record["plan_checks"],
+        "key_file_mode_0600": record["key_file"]["mode"] == "0o600",
+        "ready": record.get("ready_after_launch_s") is not None,
+        "verified": "verify" in record,
+        "key_not_in_log": bool(log) and key not in log,
+        "server_args_line_redacted": bool(args_lines) and "<redacted>" in args_lines[0] and key not in args_lines[0],
+        "without_key_401": auth.get("v1_models_without_key") == 401,
+        "health_generate_without_key_200": auth.get("health_generate_without_key") == 200,
+        "with_key_200": auth.get("v1_models_with_key") == 200,
+        "cmdline_is_launcher_module_argv": cmdline == expected,
+        "cmdline_holds_no_key": cmdline is not None and key not in "\0".join(cmdline),
+        "summary_holds_no_key": key not in json.dumps(record, default=str),
+        "results_hold_no_key": not record["files_holding_key"],
+        "mandatory_env": record.get("mandatory_env") == MANDATORY_ENV,
+    }
+    failed = [name for name, ok in record["checks"].items() if not ok]
+    if failed:
+        record["ok"] = False
+        record["failed_checks"] = failed
+    run.log(f"nextn: checks {'all pass' if not failed else 'FAILED: ' + ', '.join(failed)}")
+
+
+def key_in_results(run: Run, key: str) -> list[str]:
+    """The files under the results folder that hold the key (none expected: Run.save redacts it)."""
+    found = []
+    for path in sorted(run.res.rglob("*")):
+        with contextlib.suppress(OSError):
+            if path.is_file() and key.encode() in path.read_bytes():
+                found.append(str(path.relative_to(run.res)))
+    return found
 
 
 def process_table() -> dict[int, tuple[int, int, str]]:
@@ -855,7 +1003,7 @@ def stage_per_gpu(run: Run, mods: dict[str, types.ModuleType], facts: Json, reco
     placement: Json = {}
     try:
         for tag, instance in zip(tags, instances, strict=True):
-            launched[tag] = launch(run, tag, instance, records[tag], ready_timeout)
+            launched[tag] = launch(run, tag, instance, records[tag], ready_timeout, launcher=True)
         states = {instance["unit"]: launched[tag][0].state for tag, instance in zip(tags, instances, strict=True)}
         services = [{"unit": i["unit"], "url": i["url"].rstrip("/")} for i in instances]
         t = time.time()
@@ -1100,7 +1248,7 @@ def real_run(run: Run, models: Path) -> int:
     with run.stage("nextn", needs_s=120) as record:
         if "skipped" not in record:
             failure_thread.start()
-            serve_and_verify(run, mods, "nextn", instance, record, ready_timeout=min(330.0, run.left() - 60))
+            stage_nextn(run, mods, facts, instance, record, ready_timeout=min(330.0, run.left() - 60), **single)
     if failure_thread.is_alive():
         failure_thread.join(timeout=max(1.0, run.left() - 100))
     with run.stage("ngram", needs_s=150) as record:
@@ -1131,6 +1279,8 @@ def headline(run: Run) -> None:
             "sigterm": st.get("sigterm"),
             "error": st.get("error"),
         }
+    head["nextn"].update({key: (stages.get("nextn") or {}).get(key) for key in (
+        "checks", "failed_checks", "server_args_line", "auth")})
     for tag, st in (stages.get("failures") or {}).items():
         head[tag] = {k: st.get(k) for k in ("returncode", "seconds_to_exit", "error_lines", "skipped", "error")}
     for tag in ("tp2", "per_gpu"):
