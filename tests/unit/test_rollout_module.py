@@ -308,3 +308,10 @@ def test_the_module_manages_the_router_with_its_admin_key_and_stops_when_refused
     assert asked == ["held-admin-key", "admin-key", "new-client-key"], "the running router's admin key first"
     assert result["failed"] and result["msg"].startswith("Rollout not started: the router at http://127.0.0.1:30100 refuses")
     assert result["not_attempted"] == ["sglang-30000"] and result["changed"] is False
+
+
+def test_a_router_an_earlier_release_started_is_managed_with_its_one_key(tmp_path: Path) -> None:
+    """Upgrading: that router took --api-key from router.env (which also unlocked /workers); the rollout runs first."""
+    (tmp_path / "router.env").write_text('#\n# Managed by Ansible\n#\nSGLANG_API_KEY="sk-old \\"quoted\\""\n')
+    keys = module.router_keys(str(tmp_path / "router.json"), "admin-new", "")
+    assert keys == ['sk-old "quoted"', "admin-new"]

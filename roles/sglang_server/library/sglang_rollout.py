@@ -337,13 +337,34 @@ class Router:
         )
 
 
+# Routers deployed by sglang-fleet before the launcher took their one key (--api-key, which also unlocked /workers)
+# from this environment file beside the keys file; the rollout runs before the router role replaces it.
+LEGACY_ROUTER_ENV = "router.env"
+
+
+def legacy_router_key(path: str) -> str:
+    """SGLANG_API_KEY of an environment file as sglang-fleet wrote it (KEY=value, the value maybe quoted); "" if none."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        if line.startswith("SGLANG_API_KEY="):
+            value = line.split("=", 1)[1]
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+            return value
+    return ""
+
+
 def router_keys(keys_file: str, admin_key: str, api_key: str = "") -> list[str]:
     """The keys that may unlock the running router's /workers, most likely first.
 
     The rollout runs before the router role rewrites the router's files, so the admin key in the router's keys file
     (0600, JSON, read by its launcher at start) is the one the running router holds; then the admin key of this run
-    (a keys file written by a run that stopped before restarting the router may hold a key the router does not); then
-    the client key (a router deployed before it had an admin key took its key with --api-key only, which then unlocked
+    (a keys file written by a run that stopped before restarting the router may hold a key the router does not); the
+    key of a router an earlier sglang-fleet started (router.env); then the client key (a router deployed before it had an admin key took its key with --api-key only, which then unlocked
     /workers too); then no key at all (a router without keys).
     """
     candidates = []
@@ -354,6 +375,7 @@ def router_keys(keys_file: str, admin_key: str, api_key: str = "") -> list[str]:
             candidates.append(str(held.get("admin_key") or "") if isinstance(held, dict) else "")
         except (OSError, ValueError):
             pass
+        candidates.append(legacy_router_key(os.path.join(os.path.dirname(keys_file), LEGACY_ROUTER_ENV)))
     candidates += [admin_key, api_key]
     keys = list(dict.fromkeys(key for key in candidates if key))
     return keys or [""]
