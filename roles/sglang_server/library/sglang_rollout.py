@@ -364,8 +364,8 @@ def router_keys(keys_file: str, admin_key: str, api_key: str = "") -> list[str]:
     The rollout runs before the router role rewrites the router's files, so the admin key in the router's keys file
     (0600, JSON, read by its launcher at start) is the one the running router holds; then the admin key of this run
     (a keys file written by a run that stopped before restarting the router may hold a key the router does not); the
-    key of a router an earlier sglang-fleet started (router.env); then the client key (a router deployed before it had an admin key took its key with --api-key only, which then unlocked
-    /workers too); then no key at all (a router without keys).
+    key of a router an earlier sglang-fleet started (router.env: its one --api-key also unlocked /workers); then the
+    client key; then no key at all (a router without keys).
     """
     candidates = []
     if keys_file:
