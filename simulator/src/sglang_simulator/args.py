@@ -147,60 +147,51 @@ def _deprecation_warning(option: str | None, new_flag: str | None) -> None:
     print(f"{_YELLOW}{message}{_RESET}", file=sys.stderr)
 
 
-class DeprecatedStoreTrue(argparse.Action):
+class _DeprecatedStore(argparse.Action):
+    """A retired spelling that still stores a value (``stored``), warning and naming its successor."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        self.new_flag: str | None = kwargs.pop("new_flag", None)
+        super().__init__(option_strings, dest, **kwargs)
+
+    def stored(self, values: Any) -> Any:
+        return values
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        _deprecation_warning(option_string, self.new_flag)
+        setattr(namespace, self.dest, self.stored(values))
+
+
+class DeprecatedStoreTrue(_DeprecatedStore):
     """A retired boolean that still stores True, with a warning."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        self.new_flag: str | None = kwargs.pop("new_flag", None)
         kwargs.setdefault("nargs", 0)
         super().__init__(option_strings, dest, **kwargs)
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        _deprecation_warning(option_string, self.new_flag)
-        setattr(namespace, self.dest, True)
+    def stored(self, values: Any) -> Any:
+        return True
 
 
-class DeprecatedStoreConst(argparse.Action):
+class DeprecatedStoreConst(_DeprecatedStore):
     """A retired flag whose use stores one fixed value on the new field."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        self.new_flag: str | None = kwargs.pop("new_flag", None)
         self.const_value: Any = kwargs.pop("const_value", None)
         super().__init__(option_strings, dest, **kwargs)
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        _deprecation_warning(option_string, self.new_flag)
-        setattr(namespace, self.dest, self.const_value)
+    def stored(self, values: Any) -> Any:
+        return self.const_value
 
 
-class DeprecatedAliasStore(argparse.Action):
+class DeprecatedAliasStore(_DeprecatedStore):
     """A deprecated spelling of another flag (0.5.17's ``DeprecatedAliasStoreAction``): stores, warns."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        self.new_flag: str | None = kwargs.pop("new_flag", None)
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        _deprecation_warning(option_string, self.new_flag)
-        setattr(namespace, self.dest, values)
 
 
 class Deprecated(argparse.Action):
