@@ -54,7 +54,7 @@ def test_a_crashing_config_is_rolled_back_and_the_old_server_answers(sandbox: Ru
     result = deploy_with_overrides(
         tmp_path, {4: {"environment": {"SGLANG_SIM_FAIL_AT_START": "CUDA error: out of memory (rehearsal)"}}}
     )
-    report = assert_rolled_back(result, 30004, "SGLANG_SIM_FAIL_AT_START", "process exited with status 1")
+    report = assert_rolled_back(result, 30004, "SGLANG_SIM_FAIL_AT_START", "process was killed by signal 9 (SIGKILL)")
     assert "CUDA error: out of memory (rehearsal)" in report, "the journal tail of the failed start"
     after = unit_starts("b200")
     assert [unit for unit in before if before[unit] != after[unit]] == ["sglang-30004.service"]

@@ -214,6 +214,31 @@ def test_own_instances_do_not_count_as_foreign(plan: Plan) -> None:
     assert plan("b200", own)["problems"] == []
 
 
+def running_one_per_gpu(count: int) -> dict[str, Any]:
+    """b200's facts while its production shape runs: sglang-3000<i> holds GPU i."""
+    return {
+        "gpu_processes": [
+            {"pid": 100 + i, "gpu_index": i, "used_mib": 9, "name": "python3", "unit": f"sglang-{30000 + i}.service"}
+            for i in range(count)
+        ]
+    }
+
+
+def test_a_reshape_is_no_problem_and_names_what_stops_first(plan: Plan) -> None:
+    result = plan("b200", running_one_per_gpu(7), sglang_gpus_per_instance=2, sglang_tensor_parallel_size=2)
+    assert result["problems"] == []
+    reshape = result["reshape"]
+    # sglang-30001 holds GPU 1, now sglang-30000's; sglang-30002 holds GPU 2, now sglang-30001's. sglang-30000 keeps GPU 0.
+    assert reshape["displaced"] == ["sglang-30001.service", "sglang-30002.service"]
+    assert reshape["removed"] == [f"sglang-{port}.service" for port in range(30003, 30007)]
+    assert "reshape from 7 running instance(s) to 3" in reshape["summary"]
+    assert "Serving while they are down: 1 of 7 (sglang-30000.service" in reshape["summary"]
+
+
+def test_the_same_shape_is_no_reshape(plan: Plan) -> None:
+    assert plan("b200", running_one_per_gpu(7))["reshape"] == {"displaced": [], "removed": [], "summary": ""}
+
+
 def test_every_host_problem_is_kept_not_only_the_first(plan: Plan) -> None:
     problems = plan("b200", sglang_server_args={"cuda-graph-max-bs": 512, "mamba-scheduler-strategy": "extra_buffer"})["problems"]
     assert len([p for p in problems if "does not exist in SGLang 0.5.23" in p]) == 2

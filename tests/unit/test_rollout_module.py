@@ -105,6 +105,15 @@ def test_one_at_a_time_out_of_and_back_into_the_router(params: dict[str, Any]) -
     assert result["restarted"]["sglang-30001"]["verified"] == "256 tokens, accept length 2.50"
 
 
+def test_a_reshape_stop_drains_each_instance_out_of_the_router_first(params: dict[str, Any]) -> None:
+    log: list[str] = []
+    stopped = module.stop(fake_host(log, FakeServers(log)), [instance(30001), instance(30002)], params)
+    assert stopped == ["sglang-30001", "sglang-30002"]
+    assert log == [
+        "router-remove 30001", "stop sglang-30001.service", "router-remove 30002", "stop sglang-30002.service",
+    ]  # fmt: skip
+
+
 def test_batches_restart_together(params: dict[str, Any]) -> None:
     log: list[str] = []
     module.rollout(

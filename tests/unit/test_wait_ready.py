@@ -52,7 +52,13 @@ def test_fails_fast_when_systemd_restarts_the_unit() -> None:
 def test_fails_fast_when_the_unit_failed() -> None:
     failed = {**RUNNING, "ActiveState": "failed", "Result": "exit-code", "ExecMainStatus": "2"}
     result = run(iter([RUNNING, failed]), iter([]))
-    assert "failed" in str(result["reason"]) and "exit status 2" in str(result["reason"])
+    assert "failed" in str(result["reason"]) and "exited with status 2" in str(result["reason"])
+
+
+def test_a_process_that_killed_itself_is_reported_by_its_signal() -> None:
+    killed = {**RUNNING, "SubState": "auto-restart", "ExecMainCode": "2", "ExecMainStatus": "9"}
+    result = run(iter([RUNNING, killed]), iter([None]))
+    assert result["reason"] == "process was killed by signal 9 (SIGKILL) and systemd is restarting it"
 
 
 def test_a_restart_between_polls_is_noticed() -> None:

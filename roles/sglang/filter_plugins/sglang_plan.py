@@ -853,7 +853,9 @@ def _gpu_and_port_problems(
     plan: Plan, settings: Mapping[str, Any], facts: Mapping[str, Any], instances: list[dict[str, Any]]
 ) -> None:
     known = {gpu["index"] for gpu in facts.get("gpus") or []}
-    own_units = {instance["name"] + ".service" for instance in instances}
+    # The fleet's own instances, planned or not: the deploy stops those it no longer plans, and those a reshape
+    # displaces (sglang_reshape), before anything starts on their GPUs and ports.
+    own_units = {instance["name"] + ".service" for instance in instances} | set(_fleet_gpus(facts))
     for instance in instances:
         where = f"instance {instance['name']}"
         for gpu in instance["gpu_ids"]:
@@ -904,6 +906,46 @@ def _gpu_and_port_problems(
         plan.problem(
             "host", "sglang_gpu_ids", ids, f"GPU(s) {duplicates} listed twice would serve two instances", "list each GPU once"
         )
+
+
+FLEET_UNIT = re.compile(r"sglang-\d+\.service")
+
+
+def _fleet_gpus(facts: Mapping[str, Any]) -> dict[str, list[int]]:
+    """The GPUs each of the fleet's running instance units holds now (its processes' memory, as nvidia-smi lists it)."""
+    held: dict[str, set[int]] = {}
+    for process in facts.get("gpu_processes") or []:
+        unit = str(process.get("unit") or "")
+        if FLEET_UNIT.fullmatch(unit) and isinstance(process.get("gpu_index"), int):
+            held.setdefault(unit, set()).add(process["gpu_index"])
+    return {unit: sorted(gpus) for unit, gpus in sorted(held.items())}
+
+
+def sglang_reshape(instances: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> dict[str, Any]:
+    """What a change of the host's shape stops first, and what keeps serving meanwhile.
+
+    A running instance that holds a GPU the new plan gives to another instance is displaced: it stops (drained
+    from the router first) before any instance restarts, and starts again in its new shape with the stopped
+    instances. Running instances the plan no longer has stop anyway. `summary` states the capacity that remains.
+    """
+    held = _fleet_gpus(facts)
+    owner = {gpu: str(instance["unit"]) for instance in instances for gpu in instance["gpu_ids"]}
+    planned = {str(instance["unit"]) for instance in instances}
+    displaced = [unit for unit, gpus in held.items() if unit in planned and any(owner.get(gpu, unit) != unit for gpu in gpus)]
+    removed = [unit for unit in held if unit not in planned]
+    if not displaced:
+        return {"displaced": [], "removed": removed, "summary": ""}
+    serving = [unit for unit in held if unit in planned and unit not in displaced]
+    takers = {unit: sorted({owner[gpu] for gpu in held[unit] if owner.get(gpu, unit) != unit}) for unit in displaced}
+    summary = (
+        f"reshape from {len(held)} running instance(s) to {len(instances)}: "
+        + "; ".join(f"{unit} stops first (GPU(s) {held[unit]} go to {', '.join(takers[unit])})" for unit in displaced)
+        + (f"; {', '.join(removed)} stop(s) as no longer planned" if removed else "")
+        + f". Serving while they are down: {len(serving)} of {len(held)}"
+        + (f" ({', '.join(serving)}, each until its own restart)" if serving else "")
+        + "; the displaced start again in their new shape with the instances not yet running."
+    )
+    return {"displaced": displaced, "removed": removed, "summary": summary}
 
 
 def gpu_device(gpu: Mapping[str, Any]) -> str | None:
@@ -964,7 +1006,7 @@ def sglang_plan(
     _model_access_problems(plan, settings, facts.get("model") or {})
     _memory_problems(plan, settings, facts, instances, weight_bytes)
     _gpu_and_port_problems(plan, settings, facts, instances)
-    return {"instances": instances, "problems": plan.problems}
+    return {"instances": instances, "problems": plan.problems, "reshape": sglang_reshape(instances, facts)}
 
 
 def _by_dest(support: Support, instance: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
@@ -1146,6 +1188,7 @@ class FilterModule:
             "sglang_parse_problems": sglang_parse_problems,
             "sglang_gate_problems": sglang_gate_problems,
             "sglang_checked_command_lines": sglang_checked_command_lines,
+            "sglang_reshape": sglang_reshape,
         }
 
 
@@ -1157,4 +1200,5 @@ __all__: Sequence[str] = (
     "sglang_gate_problems",
     "sglang_parse_problems",
     "sglang_plan",
+    "sglang_reshape",
 )

@@ -32,6 +32,8 @@ description:
     unit, environment file and key file (copies kept in C(last_good_dir)), restarts it, confirms it is ready
     again, puts it back into the router, stops the rollout (later instances are not touched) and fails with the reason and the
     journal tail of the failed start.
+  - With C(stop=true) it only stops the instances (each taken out of the router and drained first): a reshape
+    stops the instances it displaces before any instance restarts on their GPUs.
 options:
   instances:
     description: Instances to restart, each C({name, unit, url, speculative}) as planned.
@@ -54,6 +56,10 @@ options:
     description: Directory of the instances' key files (C(<name>.yaml)), part of the verified set; empty leaves them out.
     type: path
     default: ""
+  stop:
+    description: Stop the instances (drained from the router first) instead of restarting them.
+    type: bool
+    default: false
   batch:
     description: Instances restarted at once.
     type: int
@@ -111,6 +117,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+stopped:
+  description: With C(stop=true), the names of the instances stopped, in order.
+  returned: when stop is true
+  type: list
 restarted:
   description: Names of the instances restarted and verified, in order, with seconds to ready.
   returned: always
@@ -317,6 +327,18 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
     return {"restarted": done}
 
 
+def stop(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) -> list[str]:
+    """Takes each instance out of the router, lets it finish its requests, and stops its unit."""
+    stopped = []
+    for instance in instances:
+        if host.router:
+            host.router.remove(instance["url"])
+            drain(host, instance, params["drain_timeout"])
+        host.systemctl("stop", instance["unit"])
+        stopped.append(instance["name"])
+    return stopped
+
+
 class Router:
     """The host's sglang-router: workers leave rotation before a restart and rejoin after verification.
 
@@ -424,6 +446,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "instances": {"type": "list", "elements": "dict", "required": True},
+            "stop": {"type": "bool", "default": False},
             "batch": {"type": "int", "default": 1},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "env_dir": {"type": "path", "default": "/etc/sglang-fleet"},
@@ -445,6 +468,8 @@ def main() -> None:
     params = module.params
     names = [instance["name"] for instance in params["instances"]]
     if module.check_mode or not names:
+        if params["stop"]:
+            module.exit_json(changed=bool(names), stopped=[], would_stop=names)
         module.exit_json(changed=bool(names), restarted={}, would_restart=names)
     try:
         router = (
@@ -459,6 +484,8 @@ def main() -> None:
     except RolloutError as error:
         module.fail_json(msg=f"Rollout not started: {error}", changed=False, restarted={}, not_attempted=names)
     host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), router=router)
+    if params["stop"]:
+        module.exit_json(changed=True, stopped=stop(host, params["instances"], params))
     result = rollout(host, params["instances"], params)
     if "failed" in result:
         rollback = "; ".join(f"{name}: {outcome}" for name, outcome in result["rollback"].items())

@@ -7,6 +7,7 @@ the process it was starting (failed, stopped, restarted by systemd).
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 import urllib.error
@@ -14,7 +15,9 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "InvocationID", "ExecMainStatus", "Result")
+UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "InvocationID", "ExecMainCode", "ExecMainStatus", "Result")
+# ExecMainCode: how the main process ended (siginfo's si_code); 2 and 3 mean a signal (ExecMainStatus) ended it.
+KILLED_CODES = ("2", "3")
 
 
 def unit_state(unit: str) -> dict[str, str]:
@@ -28,12 +31,28 @@ def unit_state(unit: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
 
 
+def ending(now: dict[str, str]) -> str:
+    """How the unit's main process ended: "exited with status 1", "was killed by signal 9 (SIGKILL)"."""
+    status = now.get("ExecMainStatus", "?")
+    if now.get("ExecMainCode") in KILLED_CODES and status.isdigit():
+        try:
+            name = signal.Signals(int(status)).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {status} ({name})"
+    return f"exited with status {status}"
+
+
 def death(before: dict[str, str], now: dict[str, str]) -> str | None:
-    """Why a unit is no longer starting the process it was starting, or None while it still is."""
+    """Why a unit is no longer starting the process it was starting, or None while it still is.
+
+    SGLang ends itself with SIGKILL when it fails to start (kill_process_tree, itself included), so a
+    signal is reported as one: "killed by signal 9 (SIGKILL)", not "exit status 9".
+    """
     if now.get("ActiveState") in ("failed", "inactive", "deactivating"):
-        return f"unit is {now.get('ActiveState')} ({now.get('Result', '?')}, exit status {now.get('ExecMainStatus', '?')})"
+        return f"unit is {now.get('ActiveState')} ({now.get('Result', '?')}; its process {ending(now)})"
     if now.get("SubState") == "auto-restart":
-        return f"process exited with status {now.get('ExecMainStatus', '?')} and systemd is restarting it"
+        return f"process {ending(now)} and systemd is restarting it"
     if now.get("NRestarts") != before.get("NRestarts") or now.get("InvocationID") != before.get("InvocationID"):
         return f"systemd restarted the unit (restart count {before.get('NRestarts')} -> {now.get('NRestarts')})"
     return None

@@ -1,0 +1,79 @@
+"""Action plugin: render every instance's templates on the control node and write them with one module call.
+
+A template task per file costs a round trip to the host per file and per run, so a host of seven instances paid
+seven times what a host of one did for a deploy that changes nothing. Here the host gets one payload; the module
+of the same name writes only what differs and reports, per instance, whether anything did.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ansible._internal._templating import _template_vars
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.template import trust_as_template
+
+# The template action's defaults, so a file rendered here is byte for byte what ansible.builtin.template writes.
+OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]
+    """Arguments: `instances`; `templates`, each {src, dest_dir, suffix, owner, group, mode, private} (a private file
+    may hold secrets: never logged, never in a diff);
+    `loop_var` (the name the templates know the instance by, default sglang_server_instance)."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("instances", "templates", "loop_var"))
+
+    def render(self, source: str, template_vars: dict[str, Any]) -> str:
+        searchpath = [*template_vars.get("ansible_search_path", []), os.path.dirname(source)]
+        searchpath = [path for base in searchpath for path in (os.path.join(base, "templates"), base)]
+        templar = self._templar.copy_with_new_env(searchpath=searchpath, available_variables=template_vars)
+        data = trust_as_template(self._loader.get_text_file_contents(source))
+        return str(templar.template(data, escape_backslashes=False, overrides=OVERRIDES) or "")
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        loop_var = str(args.get("loop_var", "sglang_server_instance"))
+        files: list[dict[str, Any]] = []
+        private_contents: list[str] = []
+        owner_of = {}
+        for template in args.get("templates") or []:
+            try:
+                source = self._find_needle("templates", template["src"])
+            except AnsibleActionFail as error:
+                return {**result, "failed": True, "msg": str(error)}
+            for instance in args.get("instances") or []:
+                dest = os.path.join(template["dest_dir"], f"{instance['name']}{template.get('suffix', '')}")
+                template_vars = {
+                    **task_vars,
+                    loop_var: instance,
+                    **_template_vars.generate_ansible_template_vars(
+                        path=template["src"], fullpath=source, dest_path=dest,
+                        include_ansible_managed="ansible_managed" not in task_vars,
+                    ),
+                }  # fmt: skip
+                content = self.render(source, template_vars)
+                spec = {"path": dest, "owner": template["owner"], "group": template["group"], "mode": template["mode"]}
+                if template.get("private"):
+                    spec["private"] = len(private_contents)
+                    private_contents.append(content)
+                else:
+                    spec["content"] = content
+                files.append(spec)
+                owner_of[dest] = instance["name"]
+        module_result = self._execute_module(
+            module_name="sglang_instance_files",
+            module_args={"files": files, "private_contents": private_contents},
+            task_vars=task_vars,
+        )
+        result.update(module_result)
+        changed = set(module_result.get("changed_paths") or [])
+        result["changed_instances"] = sorted({owner_of[path] for path in changed if path in owner_of})
+        if not self._task.diff:
+            result.pop("diff", None)
+        return result

@@ -1,0 +1,130 @@
+#!/usr/bin/python
+"""Ansible module: write a host's instance files in one call, only those whose content or attributes differ."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import tempfile
+from typing import Any
+
+DOCUMENTATION = r"""
+module: sglang_instance_files
+short_description: Writes many small files in one call; only what differs changes
+description:
+  - Run through the action plugin of the same name, which renders every instance's templates on the control node
+    and sends them here at once (a per-file template task costs a round trip per file).
+  - Each file whose content differs is replaced atomically (a temporary file in its directory, renamed); owner,
+    group and mode are set where they differ. Check mode changes nothing and reports the same.
+  - Returns a diff (before and after) of each file whose content differs, except private ones.
+options:
+  files:
+    description: >-
+      Each C({path, owner, group, mode}) and either C(content), or C(private) (an index into C(private_contents))
+      for a file that may hold secrets; C(mode) an octal string.
+    type: list
+    elements: dict
+    required: true
+  private_contents:
+    description: The contents of the private files (API keys, tokens); never logged, never in a diff.
+    type: list
+    elements: str
+    default: []
+author: sglang-fleet
+"""
+
+RETURN = r"""
+changed_paths:
+  description: The files whose content, owner, group or mode differed (and were set, outside check mode).
+  returned: always
+  type: list
+"""
+
+
+def ids(owner: str, group: str) -> tuple[int, int]:
+    return pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
+
+
+def read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def write(path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
+    """Replaces the file atomically: readers see the old or the new content, never a part."""
+    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            os.fchown(out.fileno(), uid, gid)
+            os.fchmod(out.fileno(), mode)
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def apply(spec: dict[str, Any], check_mode: bool) -> tuple[bool, dict[str, str] | None]:
+    """Brings one file to its spec; returns whether it differed, and its diff when asked for and the content differs."""
+    path, data = spec["path"], str(spec["content"]).encode()
+    mode = int(str(spec["mode"]), 8)
+    current = read(path)
+    content_differs = current != data
+    try:
+        uid, gid = ids(spec["owner"], spec["group"])
+    except KeyError:
+        if not check_mode:
+            raise
+        uid = gid = -1  # the account a real run creates first does not exist yet: the file will change
+    status = None if current is None else os.stat(path)
+    attributes_differ = status is not None and (status.st_uid, status.st_gid, status.st_mode & 0o7777) != (uid, gid, mode)
+    if not check_mode:
+        if content_differs:
+            write(path, data, uid, gid, mode)
+        elif attributes_differ:
+            os.chown(path, uid, gid)
+            os.chmod(path, mode)
+    diff = None
+    if spec.get("diff", True) and content_differs:
+        before = "" if current is None else current.decode(errors="replace")
+        diff = {"before_header": path, "after_header": path, "before": before, "after": data.decode()}
+    return content_differs or attributes_differ, diff
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "files": {"type": "list", "elements": "dict", "required": True},
+            # Keys and tokens: masked in the logged invocation, and in anything returned.
+            "private_contents": {"type": "list", "elements": "str", "default": [], "no_log": True},
+        },
+        supports_check_mode=True,
+    )
+    changed_paths: list[str] = []
+    diffs: list[dict[str, str]] = []
+    private = module.params["private_contents"]
+    specs = [
+        {**spec, "content": private[spec["private"]], "diff": False} if spec.get("private") is not None else spec
+        for spec in module.params["files"]
+    ]
+    for spec in specs:
+        try:
+            differs, diff = apply(spec, module.check_mode)
+        except (OSError, KeyError) as error:
+            module.fail_json(msg=f"{spec.get('path')}: {error}", changed_paths=changed_paths)
+        if differs:
+            changed_paths.append(spec["path"])
+        if diff:
+            diffs.append(diff)
+    module.exit_json(changed=bool(changed_paths), changed_paths=changed_paths, diff=diffs)
+
+
+if __name__ == "__main__":
+    main()

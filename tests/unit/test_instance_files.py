@@ -1,0 +1,53 @@
+"""sglang_instance_files: one call writes only what differs, atomically, and tells the truth in check mode."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+from pathlib import Path
+
+import sglang_instance_files as module
+
+OWNER, GROUP = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+
+
+def spec(path: Path, content: str, mode: str = "0640") -> dict[str, str]:
+    return {"path": str(path), "content": content, "owner": OWNER, "group": GROUP, "mode": mode}
+
+
+def test_a_new_file_is_written_with_its_mode_and_diffed(tmp_path: Path) -> None:
+    target = tmp_path / "sglang-30000.service"
+    differs, diff = module.apply(spec(target, "[Unit]\n"), check_mode=False)
+    assert differs and target.read_text() == "[Unit]\n" and oct(target.stat().st_mode & 0o777) == "0o640"
+    assert diff == {"before_header": str(target), "after_header": str(target), "before": "", "after": "[Unit]\n"}
+
+
+def test_the_same_content_and_mode_is_no_change(tmp_path: Path) -> None:
+    target = tmp_path / "sglang-30000.env"
+    module.apply(spec(target, "A=1\n"), check_mode=False)
+    before = target.stat().st_ino
+    assert module.apply(spec(target, "A=1\n"), check_mode=False) == (False, None)
+    assert target.stat().st_ino == before, "an unchanged file is not rewritten"
+
+
+def test_a_mode_change_alone_is_a_change_without_a_content_diff(tmp_path: Path) -> None:
+    target = tmp_path / "sglang-30000.env"
+    module.apply(spec(target, "A=1\n"), check_mode=False)
+    assert module.apply(spec(target, "A=1\n", mode="0600"), check_mode=False) == (True, None)
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+
+
+def test_check_mode_reports_the_change_and_writes_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "sglang-30000.service"
+    target.write_text("hand edit\n")
+    differs, diff = module.apply(spec(target, "[Unit]\n"), check_mode=True)
+    assert differs and diff and diff["before"] == "hand edit\n" and diff["after"] == "[Unit]\n"
+    assert target.read_text() == "hand edit\n"
+
+
+def test_a_private_file_never_has_a_diff(tmp_path: Path) -> None:
+    target = tmp_path / "sglang-30000.yaml"
+    differs, diff = module.apply({**spec(target, "api-key: sk-1\n"), "diff": False}, check_mode=False)
+    assert differs and diff is None
+    assert [name for name in os.listdir(tmp_path) if name.startswith(".")] == [], "no temporary file is left"
