@@ -48,7 +48,8 @@ molecule: venv docker ## Molecule scenarios on local systemd containers
 integration: venv docker ## pytest + ansible-runner against the sandbox hosts (started if absent)
 	pytest tests/integration
 
-bench: sandbox ## Benchmarks that print figures (rollout latencies, rolling restart under load)
+bench: sandbox ## Benchmarks that print figures (no-op deploy cost, rollout latencies, rolling restart under load)
+	python tests/bench/bench_noop.py
 	python tests/bench/bench_rollout.py
 
 bench-install: venv docker ## Benchmark real installs: bytes fetched and time, cold and warm (~50 GB of disk)

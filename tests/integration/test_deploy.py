@@ -27,7 +27,8 @@ def test_changing_one_instance_restarts_that_instance_only(sandbox: Run, tmp_pat
         assert [unit for unit in before if before[unit] != after[unit]] == ["sglang-30003.service"]
         restarted = {label for host, task, label in changed.changed() if task == "Restart one instance"}
         assert restarted == {"sglang-30003.service"} or restarted == set(), changed.changed()
-        assert {label for _, task, label in changed.changed() if "systemd unit" in task} == {"sglang-30003"}
+        written = [data["res"] for data in changed.results() if data["task"].startswith("Write the instances' units")]
+        assert [res["changed_instances"] for res in written] == [["sglang-30003"]]
     finally:
         restored = run_playbook("deploy.yml", limit="b200")
     assert restored.rc == 0, restored.failure_messages()
@@ -92,3 +93,19 @@ def test_production_inventory_parses_and_lists_its_hosts() -> None:
         )
         assert result.returncode == 0, result.stderr
     assert "b200" in result.stdout and "ct129" in result.stdout
+
+
+def test_a_unit_edited_by_hand_is_shown_by_check_diff_then_put_back_and_only_its_instance_restarts(sandbox: Run) -> None:
+    unit = "/etc/systemd/system/sglang-30002.service"
+    on_host("b200", "sh", "-c", f"sed -i 's/^RestartSec=.*/RestartSec=1/' {unit} && systemctl daemon-reload")
+    before = unit_starts("b200")
+    checked = run_playbook("deploy.yml", limit="b200", cmdline="--check --diff")
+    assert checked.rc == 0, checked.failure_messages()
+    diffs = [d for data in checked.results() for d in data["res"].get("diff") or [] if data["res"].get("changed")]
+    assert [d["after_header"] for d in diffs if "RestartSec=1" in d.get("before", "")] == [unit]
+    assert unit_starts("b200") == before, "--check restarted something"
+    mended = run_playbook("deploy.yml", limit="b200")
+    assert mended.rc == 0, mended.failure_messages()
+    assert "RestartSec=1\n" not in on_host("b200", "cat", unit)
+    after = unit_starts("b200")
+    assert [name for name in before if before[name] != after[name]] == ["sglang-30002.service"]

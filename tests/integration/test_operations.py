@@ -182,11 +182,10 @@ def test_check_mode_tells_the_truth_and_changes_nothing(sandbox: Run, tmp_path: 
     inventory = overlay_inventory(tmp_path, host_vars={"b200": {"sglang_instance_overrides": overrides}})
     planned = run_playbook("deploy.yml", inventory=inventory, cmdline="--check --diff", limit="b200")
     assert planned.rc == 0, planned.failure_messages()
-    diffs = [
-        d for data in planned.results("runner_item_on_ok") for d in data["res"].get("diff", []) if data["res"].get("changed")
-    ]
+    results = [data["res"] for data in planned.results() + planned.results("runner_item_on_ok")]
+    diffs = [d for res in results for d in res.get("diff", []) if res.get("changed")]
     assert any("--max-running-requests 64" in d.get("after", "") for d in diffs), "the unit diff is shown"
-    assert not any(token in json.dumps(d) for data in planned.results("runner_item_on_ok") for d in data["res"].get("diff", []))
+    assert not any(token in json.dumps(res.get("diff", [])) for res in results)
     rolls = [data["res"] for data in planned.results() if data["task"].startswith("Roll the changed running")]
     assert rolls and rolls[0]["would_restart"] == ["sglang-30005"]
     assert (file_digests("b200"), unit_starts("b200")) == before, "check mode changed or restarted something"

@@ -205,14 +205,20 @@ def test_the_simulator_runtime_starts_through_the_same_launcher(plan: Plan) -> N
 
 def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     server_tasks = yaml.safe_load((SERVER / "tasks/configure.yml").read_text())
+    server_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     router_tasks = yaml.safe_load((ROUTER / "tasks/main.yml").read_text())
     router_vars = yaml.safe_load((ROUTER / "vars/main.yml").read_text())
     copies = {
         task["ansible.builtin.copy"]["src"]: task["ansible.builtin.copy"]["dest"]
-        for task in server_tasks + router_tasks
+        for task in router_tasks
         if "src" in (task.get("ansible.builtin.copy") or {})
     }
+    # The server's helpers are written with its instance files, by one task.
+    [writer] = [task["sglang_instance_files"] for task in server_tasks if "sglang_instance_files" in task]
+    assert writer["files"] == "{{ sglang_server_helper_files }}"
+    copies |= {item["src"]: item["dest"] for item in server_vars["sglang_server_helper_files"] if not item.get("template")}
     assert copies["sglang_launcher.py"] == "{{ sglang_server_helper_dir }}/sglang_launcher.py"
+    assert copies["check_gpus_free.py"] == "{{ sglang_server_helper_dir }}/check_gpus_free.py"
     assert (SERVER / "files/sglang_launcher.py").is_file()
     assert copies["sglang_router_launcher.py"] == "{{ sglang_router_launcher }}"
     assert router_vars["sglang_router_launcher"] == "{{ sglang_server_helper_dir }}/sglang_router_launcher.py"

@@ -21,13 +21,22 @@ OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\
 
 class ActionModule(ActionBase):  # type: ignore[misc]
     """Arguments: `instances`; `templates`, each {src, dest_dir, suffix, owner, group, mode, private} (a private file
-    may hold secrets: never logged, never in a diff);
+    may hold secrets: never logged, never in a diff), rendered once per instance; `files`, each {src, dest, owner,
+    group, mode, template}, a file of the role's files/ copied as it is (or of templates/, rendered, with `template`);
     `loop_var` (the name the templates know the instance by, default sglang_server_instance)."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("instances", "templates", "loop_var"))
+    _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var"))
 
-    def render(self, source: str, template_vars: dict[str, Any]) -> str:
+    def render(self, src: str, source: str, dest: str, task_vars: dict[str, Any], extra: dict[str, Any]) -> str:
+        """The template at `source` rendered as ansible.builtin.template would for `dest`, with `extra` variables."""
+        template_vars = {
+            **task_vars,
+            **extra,
+            **_template_vars.generate_ansible_template_vars(
+                path=src, fullpath=source, dest_path=dest, include_ansible_managed="ansible_managed" not in task_vars
+            ),
+        }
         searchpath = [*template_vars.get("ansible_search_path", []), os.path.dirname(source)]
         searchpath = [path for base in searchpath for path in (os.path.join(base, "templates"), base)]
         templar = self._templar.copy_with_new_env(searchpath=searchpath, available_variables=template_vars)
@@ -42,30 +51,30 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         files: list[dict[str, Any]] = []
         private_contents: list[str] = []
         owner_of = {}
-        for template in args.get("templates") or []:
-            try:
+        try:
+            for template in args.get("templates") or []:
                 source = self._find_needle("templates", template["src"])
-            except AnsibleActionFail as error:
-                return {**result, "failed": True, "msg": str(error)}
-            for instance in args.get("instances") or []:
-                dest = os.path.join(template["dest_dir"], f"{instance['name']}{template.get('suffix', '')}")
-                template_vars = {
-                    **task_vars,
-                    loop_var: instance,
-                    **_template_vars.generate_ansible_template_vars(
-                        path=template["src"], fullpath=source, dest_path=dest,
-                        include_ansible_managed="ansible_managed" not in task_vars,
-                    ),
-                }  # fmt: skip
-                content = self.render(source, template_vars)
-                spec = {"path": dest, "owner": template["owner"], "group": template["group"], "mode": template["mode"]}
-                if template.get("private"):
-                    spec["private"] = len(private_contents)
-                    private_contents.append(content)
-                else:
-                    spec["content"] = content
-                files.append(spec)
-                owner_of[dest] = instance["name"]
+                for instance in args.get("instances") or []:
+                    dest = os.path.join(template["dest_dir"], f"{instance['name']}{template.get('suffix', '')}")
+                    content = self.render(template["src"], source, dest, task_vars, {loop_var: instance})
+                    spec = {"path": dest, "owner": template["owner"], "group": template["group"], "mode": template["mode"]}
+                    if template.get("private"):
+                        spec["private"] = len(private_contents)
+                        private_contents.append(content)
+                    else:
+                        spec["content"] = content
+                    files.append(spec)
+                    owner_of[dest] = instance["name"]
+            for single in args.get("files") or []:
+                source = self._find_needle("templates" if single.get("template") else "files", single["src"])
+                content = (
+                    self.render(single["src"], source, single["dest"], task_vars, {})
+                    if single.get("template")
+                    else self._loader.get_text_file_contents(source)
+                )
+                files.append({"path": single["dest"], "content": content} | {k: single[k] for k in ("owner", "group", "mode")})
+        except AnsibleActionFail as error:
+            return {**result, "failed": True, "msg": str(error)}
         module_result = self._execute_module(
             module_name="sglang_instance_files",
             module_args={"files": files, "private_contents": private_contents},
