@@ -20,6 +20,7 @@ from fleet import SANDBOX_HOSTS, STANDIN_PYTHON, Run, file_digests, on_host, ove
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "bad_inventories.yml").read_text())
 MODEL = "/srv/models/Qwen3.6-27B"
+PREFLIGHT_FAILED = "preflight did not complete"
 MAKE_MODEL_VARIANT = """
 import json, os, sys
 source, target, change = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -123,9 +124,11 @@ def fleet_state() -> dict[str, tuple[str, dict[str, str]]]:
 
 def refuse(case: dict[str, Any], directory: Path) -> Run:
     """Deploys the case's inventory; a case that sets only some hosts' variables deploys to those hosts only
-    (the others would pass preflight and add nothing to what the case shows, at the cost of a host's run)."""
+    (the others would pass preflight and add nothing to what the case shows, at the cost of a host's run), unless
+    its host fails preflight outright: the gate, run by the hosts that remain, is what reports that one."""
     inventory = overlay_inventory(directory, host_vars=case.get("host_vars"), group_vars=case.get("group_vars"))
-    hosts = None if case.get("group_vars") or not case.get("host_vars") else ",".join(sorted(case["host_vars"]))
+    everywhere = case.get("group_vars") or not case.get("host_vars") or any(PREFLIGHT_FAILED in e for e in case["expect"])
+    hosts = None if everywhere else ",".join(sorted(case["host_vars"]))
     return run_playbook("deploy.yml", inventory=inventory, limit=hosts)
 
 
