@@ -289,9 +289,7 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
         try:
             for instance in batch:
                 current = instance
-                if host.router:
-                    host.router.remove(instance["url"])
-                    drain(host, instance, params["drain_timeout"])
+                leave_router(host, instance, params["drain_timeout"])
             current = batch[0]
             ready = start_and_check(host, batch, params)
             noticed_at = host.now()
@@ -331,9 +329,7 @@ def stop(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) ->
     """Takes each instance out of the router, lets it finish its requests, and stops its unit."""
     stopped = []
     for instance in instances:
-        if host.router:
-            host.router.remove(instance["url"])
-            drain(host, instance, params["drain_timeout"])
+        leave_router(host, instance, params["drain_timeout"])
         host.systemctl("stop", instance["unit"])
         stopped.append(instance["name"])
     return stopped
@@ -428,6 +424,13 @@ def router_for(url: str, control_keys: list[str], worker_api_key: str = "") -> R
         "(the admin key in its keys file, <config dir>/secrets/router.json), or restart the router (systemctl restart "
         "sglang-router: it reads that file again) and deploy again"
     )
+
+
+def leave_router(host: Host, instance: dict[str, Any], timeout: float) -> None:
+    """Takes the instance out of the host's router (when there is one) and lets it finish its requests."""
+    if host.router:
+        host.router.remove(instance["url"])
+        drain(host, instance, timeout)
 
 
 def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:
