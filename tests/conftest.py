@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import ansible.module_utils
 import pytest
 import yaml
 from jinja2.nativetypes import NativeEnvironment
 
 ROOT = Path(__file__).resolve().parent.parent
-for plugin_dir in (
-    sorted(ROOT.glob("roles/*/filter_plugins"))
-    + sorted(ROOT.glob("roles/*/library"))
-    + sorted(ROOT.glob("roles/*/lookup_plugins"))
-):
-    sys.path.insert(0, str(plugin_dir))
-# Roles' module_utils, importable as Ansible's modules import them (ansible.module_utils.<name>).
-for util in sorted(ROOT.glob("roles/*/module_utils/*.py")):
-    spec = importlib.util.spec_from_file_location(f"ansible.module_utils.{util.stem}", util)
-    assert spec and spec.loader
-    sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sys.modules[spec.name])
-    setattr(ansible.module_utils, util.stem, sys.modules[spec.name])
+# The repository is the collection sglang.fleet (collections/ansible_collections/sglang/fleet links to it): tests import
+# its plugins as Ansible does, ansible_collections.sglang.fleet.plugins.<kind>.<name>. The test-host role's filter is
+# the test double's own, on the path by its folder.
+sys.path[:0] = [str(ROOT / "collections"), str(ROOT / "roles/testhost/filter_plugins")]
 
 MODEL_FIXTURE = ROOT / "tests/fixtures/models/Qwen3.6-27B"
 GPU_SHAPES = {"ct129": (2, "NVIDIA RTX A6000", 49140), "b200": (7, "NVIDIA B200", 183359)}
@@ -118,7 +107,7 @@ def host_facts(host: str, model: dict[str, Any], **overrides: Any) -> dict[str, 
 
 @pytest.fixture(scope="session")
 def model_facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    import sglang_model_facts
+    from ansible_collections.sglang.fleet.plugins.modules import sglang_model_facts
 
     directory = stand_in_model(tmp_path_factory.mktemp("models") / "Qwen3.6-27B")
     facts: dict[str, Any] = sglang_model_facts.describe(str(directory), {})
@@ -128,7 +117,7 @@ def model_facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture
 def plan(support_tables: list[dict[str, Any]], model_facts: dict[str, Any]) -> Callable[..., dict[str, Any]]:
     """plan(host, facts_overrides={...}, **variable_overrides) -> {"instances", "problems"}."""
-    from sglang_plan import sglang_plan
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
 
     def run(host: str, facts: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
         settings = plan_settings(host, **overrides)

@@ -57,6 +57,11 @@ class Run:
         return messages
 
 
+def collection_filters(filter_module: type) -> dict[str, Callable[..., Any]]:
+    """A filter plugin's filters under the names templates use: sglang.fleet.<name>."""
+    return {f"sglang.fleet.{name}": function for name, function in filter_module().filters().items()}
+
+
 def run_playbook(
     playbook: str,
     inventory: Path = SANDBOX_INVENTORY,

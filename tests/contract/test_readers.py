@@ -17,9 +17,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-import sglang_rollout
-import sglang_status
-from ansible.module_utils import sglang_readiness
+from ansible_collections.sglang.fleet.plugins.module_utils import sglang_readiness
+from ansible_collections.sglang.fleet.plugins.modules import sglang_rollout, sglang_status
 
 from .recordings import ROOT, Recording, Scenario, recordings
 
@@ -121,7 +120,11 @@ def test_readiness_poll_follows_the_recorded_health_transitions(scenario: Scenar
         server = serve({path: answers})
         seen = [sglang_readiness.http_status(server.url + path, timeout=5) for _ in answers]
         assert seen == [status for status, _, _ in answers], f"{scenario} {path}"
-        clock = iter(range(1000))
+        ticks = iter(range(1000))
+
+        def clock(ticks: Iterator[int] = ticks) -> float:
+            return float(next(ticks))
+
         server = serve({path: answers})
         result = sglang_readiness.wait(
             [{"unit": "sglang-test.service", "url": server.url}],
@@ -129,7 +132,7 @@ def test_readiness_poll_follows_the_recorded_health_transitions(scenario: Scenar
             timeout=60,
             interval=0,
             state=lambda unit: {"ActiveState": "activating", "NRestarts": "0", "InvocationID": "x"},
-            clock=lambda clock=clock: float(next(clock)),
+            clock=clock,
             sleep=lambda seconds: None,
         )
         assert "failed" not in result and "sglang-test.service" in result["ready"], result

@@ -7,7 +7,7 @@ $OUT/results.tar.gz (atomically) after every stage:
   models       tests/hardware/gen_tiny.py: tiny-qwen3 and tiny-mimo-mtp (mimo_mtp_agree)
   nvidia_smi   the driver's answers: --help-query-gpu, the GPU query, -q -x, the table, compute apps, an unknown
                field, /dev/nvidia*, /proc/driver/nvidia/gpus/*/information
-  facts        roles/sglang/library/sglang_host_facts.py gather() and sglang_model_facts.py describe()
+  facts        plugins/modules/sglang_host_facts.py gather() and sglang_model_facts.py describe()
   cuda_smoke   roles/sglang_venv/files/cuda_smoke_check.py (or sglang_server's; when present): by UUID --expect 1, --expect 2, and
                CUDA_VISIBLE_DEVICES=3 --expect 1
   tp2          (two GPUs) host_vars/h200x2-tp2.yml, ct129-shaped: the smoke check --expect 2 --all-reduce with the
@@ -39,7 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import importlib.util
+import importlib
 import json
 import os
 import re
@@ -216,36 +216,21 @@ def http(url: str, payload: Any = None, timeout: float = 60.0, api_key: str = ""
     return rec
 
 
-def load_file_module(name: str, path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def project_modules() -> dict[str, types.ModuleType]:
-    """The product modules, imported by path; Ansible's module_utils registered as the modules import them."""
-    ansible = sys.modules.get("ansible") or types.ModuleType("ansible")
-    utils = sys.modules.get("ansible.module_utils") or types.ModuleType("ansible.module_utils")
-    ansible.__path__ = getattr(ansible, "__path__", [])
-    utils.__path__ = getattr(utils, "__path__", [])
-    sys.modules["ansible"], sys.modules["ansible.module_utils"] = ansible, utils
-    ansible.module_utils = utils  # type: ignore[attr-defined]
-    mods: dict[str, types.ModuleType] = {}
-    for util in sorted(ROOT.glob("roles/*/module_utils/*.py")):
-        mod = load_file_module(f"ansible.module_utils.{util.stem}", util)
-        setattr(utils, util.stem, mod)
-        mods[util.stem] = mod
-    for name, rel in (
-        ("sglang_host_facts", "roles/sglang/library/sglang_host_facts.py"),
-        ("sglang_model_facts", "roles/sglang/library/sglang_model_facts.py"),
-        ("sglang_plan", "roles/sglang/filter_plugins/sglang_plan.py"),
-        ("sglang_rollout", "roles/sglang_server/library/sglang_rollout.py"),
-    ):
-        mods[name] = load_file_module(name, ROOT / rel)
-    return mods
+    """The product's plugins, imported as Ansible imports them (the checkout is the collection sglang.fleet)."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    package = "ansible_collections.sglang.fleet.plugins"
+    return {
+        name: importlib.import_module(f"{package}.{kind}.{name}")
+        for kind, name in (
+            ("module_utils", "sglang_readiness"),
+            ("module_utils", "sglang_router_client"),
+            ("modules", "sglang_host_facts"),
+            ("modules", "sglang_model_facts"),
+            ("filter", "sglang_plan"),
+            ("modules", "sglang_rollout"),
+        )
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -78,6 +78,37 @@ def test_a_venv_that_a_unit_still_runs_is_never_removed(sandbox: Run) -> None:
         on_host("ct129", "rm", "-rf", "/opt/sglang/simulator-0.5.19", "/opt/sglang/simulator-0.5.22", referencing)
 
 
+def test_an_install_changed_by_hand_is_found_by_the_probes_and_put_back_and_nothing_else_runs(sandbox: Run) -> None:
+    """A converged host runs no install task; a package downgraded in the venv, a CUDA home pointing elsewhere and a
+    missing checker file are each found by the install roles' probes, shown by --check and put back by the next run."""
+    venv = "/opt/sglang/simulator-0.5.23"
+    converged = run_playbook("deploy.yml", limit="ct129", tags="install")
+    assert converged.rc == 0, converged.failure_messages()
+    ran = {data["task"] for data in converged.results()} | {data["task"] for data in converged.results("runner_on_skipped")}
+    assert not {"Install the pinned CUDA wheels into their own venv", "Install the router beside the simulator"} & ran
+    home = on_host("ct129", "readlink", "/usr/local/cuda").strip()
+    on_host("ct129", "sh", "-c", f"ln -sfn /tmp /usr/local/cuda && rm {venv}/check_server_args.py")
+    on_host("ct129", "sh", "-c", f"mv {venv}/lib/python3.11/site-packages/sglang_router-0.3.2.dist-info /tmp/router.dist-info")
+    try:
+        checked = run_playbook("deploy.yml", limit="ct129", tags="install", cmdline="--check")
+        assert checked.rc == 0, checked.failure_messages()
+        would = {task for host, task, label in checked.changed()}
+        assert {
+            "Point the CUDA home at the wheels' CUDA tree",
+            "Install the command-line checker and the CUDA smoke check preflight uses",
+        } <= would
+        assert on_host("ct129", "readlink", "/usr/local/cuda").strip() == "/tmp", "--check changed the host"
+        mended = run_playbook("deploy.yml", limit="ct129", tags="install")
+        assert mended.rc == 0, mended.failure_messages()
+        assert on_host("ct129", "readlink", "/usr/local/cuda").strip() == home
+        assert on_host("ct129", "ls", f"{venv}/check_server_args.py").strip()
+        assert "sglang_router-0.3.2.dist-info" in on_host("ct129", "ls", f"{venv}/lib/python3.11/site-packages")
+        again = run_playbook("deploy.yml", limit="ct129", tags="install")
+        assert again.rc == 0 and again.changed() == [], again.changed()
+    finally:
+        on_host("ct129", "rm", "-rf", "/tmp/router.dist-info")
+
+
 def test_production_inventory_parses_and_lists_its_hosts() -> None:
     import subprocess
 

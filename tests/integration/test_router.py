@@ -100,7 +100,7 @@ def router_key() -> str:
 
 def router_worker_urls(healthy: bool = False) -> list[str]:
     """The workers b200's router lists (only those it lists as healthy, with `healthy`), asked on the host."""
-    client = (ROOT / "roles/sglang_server/module_utils/sglang_router_client.py").read_text()
+    client = (ROOT / "plugins/module_utils/sglang_router_client.py").read_text()
     listing = f"\nimport json\nprint(json.dumps(list_workers({ROUTER!r}, api_key={router_key()!r})))\n"
     workers = json.loads(on_host("b200", "python3", "-c", client + listing))
     return sorted(str(w["url"]) for w in workers if w.get("is_healthy") is True or not healthy)
@@ -108,7 +108,7 @@ def router_worker_urls(healthy: bool = False) -> list[str]:
 
 def test_a_worker_left_out_of_the_router_is_put_back_by_the_next_run(sandbox: Run) -> None:
     """As if a run died between taking sglang-30003 out of the router and adding it back: the next run adds it."""
-    client = (ROOT / "roles/sglang_server/module_utils/sglang_router_client.py").read_text()
+    client = (ROOT / "plugins/module_utils/sglang_router_client.py").read_text()
     removal = f"\nprint(remove_worker({ROUTER!r}, 'http://127.0.0.1:30003', api_key={router_key()!r}))\n"
     assert on_host("b200", "python3", "-c", client + removal).strip() == "True"
     assert "http://127.0.0.1:30003" not in router_worker_urls()

@@ -13,7 +13,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-import sglang_host_facts
+from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts
 
 from sglang_simulator.gpus import Inventory, load_inventory, visible_gpus
 

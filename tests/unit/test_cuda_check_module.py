@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sglang_cuda_check
-from systemd import sglang_server_unit_properties
+from ansible_collections.sglang.fleet.plugins.filter.systemd import sglang_server_unit_properties
+from ansible_collections.sglang.fleet.plugins.modules import sglang_cuda_check
 
 Plan = Callable[..., dict[str, Any]]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cuda import cuda_problems
-from sglang_venv import sglang_venv_problems
+from ansible_collections.sglang.fleet.plugins.filter.cuda import cuda_problems
+from ansible_collections.sglang.fleet.plugins.filter.sglang_venv import sglang_venv_problems
 
 RUNTIMES = ["sglang", "simulator"]
 

@@ -8,7 +8,7 @@ import stat
 import sys
 from pathlib import Path
 
-import sglang_host_facts as module
+from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts as module
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "h200-driver-580.159.04"
 H200_UUID = "GPU-44f393d0-11d7-63e7-90fc-6f04b5c785e9"  # the GPU of the *-with-torch recordings

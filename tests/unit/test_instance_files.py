@@ -7,7 +7,7 @@ import os
 import pwd
 from pathlib import Path
 
-import sglang_instance_files as module
+from ansible_collections.sglang.fleet.plugins.modules import sglang_instance_files as module
 
 OWNER, GROUP = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sglang_model_facts as module
+from ansible_collections.sglang.fleet.plugins.modules import sglang_model_facts as module
 
 
 def stat_of(mode: int, uid: int = 0, gid: int = 0) -> os.stat_result:
@@ -98,8 +98,8 @@ def inside(lines: list[str], directory: Path) -> list[str]:
 
 
 def plan_with_model(host: str, tables: list[dict[str, Any]], model: dict[str, Any], **variables: Any) -> list[str]:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
     from conftest import host_facts, plan_settings
-    from sglang_plan import sglang_plan
 
     problems: list[str] = sglang_plan(plan_settings(host, **variables), host_facts(host, model), tables)["problems"]
     return problems

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import sglang_model_facts as module
+from ansible_collections.sglang.fleet.plugins.modules import sglang_model_facts as module
 
 
 def test_stand_in_reads_as_a_complete_qwen3_6_27b(model_facts: dict[str, Any]) -> None:

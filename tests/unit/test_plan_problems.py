@@ -245,7 +245,7 @@ def test_every_host_problem_is_kept_not_only_the_first(plan: Plan) -> None:
 
 
 def test_command_lines_the_runtime_parser_refused_are_problems(plan: Plan) -> None:
-    from sglang_plan import sglang_parse_problems
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_parse_problems
 
     instances = plan("b200")["instances"][:3]
     verdicts = {
@@ -285,7 +285,7 @@ def test_a_managed_setting_under_any_spelling_renders_no_second_flag(plan: Plan,
 
 
 def test_the_checked_argv_is_the_units_argv_with_the_key_file(plan: Plan) -> None:
-    from sglang_plan import sglang_checked_command_lines
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_checked_command_lines
 
     instances = plan("b200", sglang_api_key="sk-x")["instances"]
     assert all(i["argv"][-2:] == ["--config", f"/etc/sglang-fleet/secrets/{i['name']}.yaml"] for i in instances)
@@ -313,7 +313,7 @@ def _checker(monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_the_checker_parses_a_stand_in_of_the_key_file_that_does_not_exist_yet(
     plan: Plan, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from sglang_plan import sglang_checked_command_lines
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_checked_command_lines
 
     checker = _checker(monkeypatch)
     instances = plan("b200", sglang_api_key="sk-x")["instances"][:2]
@@ -365,8 +365,8 @@ def test_context_length_above_the_model_is_allowed_when_sglang_is_told_so(plan: 
 def test_kv_heads_fewer_than_tp_are_replicated_but_must_divide_it(
     support_tables: list[dict[str, Any]], model_facts: dict[str, Any]
 ) -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
     from conftest import host_facts, plan_settings
-    from sglang_plan import sglang_plan
 
     def problems(tp: int, heads: int, kv_heads: int) -> list[str]:
         model = {**model_facts, "num_attention_heads": heads, "num_key_value_heads": kv_heads}
@@ -397,8 +397,8 @@ def test_a_control_character_in_a_server_variable_renders_no_instance(plan: Plan
 def test_with_dp_attention_the_heads_are_split_over_tp_over_dp(
     support_tables: list[dict[str, Any]], model_facts: dict[str, Any]
 ) -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
     from conftest import host_facts, plan_settings
-    from sglang_plan import sglang_plan
 
     facts = host_facts("b200", {**model_facts, "num_attention_heads": 3, "num_key_value_heads": 1})
 

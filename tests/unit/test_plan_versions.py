@@ -108,8 +108,8 @@ def test_environment_across_versions(plan: Plan) -> None:
 
 
 def test_architectures_across_versions(support_tables: list[dict[str, Any]], model_facts: dict[str, Any]) -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
     from conftest import host_facts, plan_settings
-    from sglang_plan import sglang_plan
 
     assert "Qwen3_5ForConditionalGeneration" in _table("0.5.17")["architectures"]
     mamba = {**model_facts, "architectures": ["MambaForCausalLM"]}

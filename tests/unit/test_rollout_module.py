@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sglang_rollout as module
-from ansible.module_utils.sglang_router_client import RouterError
+from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import RouterError
+from ansible_collections.sglang.fleet.plugins.modules import sglang_rollout as module
 
 PARAMS = {
     "batch": 1,
@@ -205,7 +206,7 @@ def test_a_router_refusing_the_key_stops_the_rollout_instead_of_skipping_the_dra
     def refuse(*_: Any, **__: Any) -> list[dict[str, Any]]:
         raise RouterError("GET /workers: HTTP", status)
 
-    monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", refuse)
+    monkeypatch.setattr(sglang_router_client, "list_workers", refuse)
     if router is False:
         assert module.router_for("http://127.0.0.1:30100", ["admin-key"]) is None, "nothing answers: no router yet"
         return
@@ -226,7 +227,7 @@ def test_workers_are_managed_with_the_admin_key_the_running_router_holds(tmp_pat
             raise RouterError("GET /workers: HTTP 401", 401)
         return []
 
-    monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", list_workers)
+    monkeypatch.setattr(sglang_router_client, "list_workers", list_workers)
     keys = module.router_keys(str(keys_file), "new-admin-key", "new-client-key")
     assert keys == ["held-admin-key", "new-admin-key", "new-client-key"]
     router = module.router_for("http://127.0.0.1:30100", keys, "new-client-key")
@@ -249,7 +250,7 @@ def test_a_keys_file_the_router_was_not_restarted_with_falls_back_to_the_next_ke
             raise RouterError("GET /workers: HTTP 401", 401)
         return []
 
-    monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", list_workers)
+    monkeypatch.setattr(sglang_router_client, "list_workers", list_workers)
     keys = module.router_keys(str(keys_file), "admin-key", "client-key")
     router = module.router_for("http://127.0.0.1:30100", keys, "client-key")
     assert router is not None and router.api_key == "client-key"
@@ -267,7 +268,7 @@ def test_a_router_refusing_every_key_stops_the_rollout_with_a_clear_error(monkey
     def refuse(url: str, api_key: str) -> list[dict[str, Any]]:
         raise RouterError("GET /workers: HTTP 401", 401)
 
-    monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", refuse)
+    monkeypatch.setattr(sglang_router_client, "list_workers", refuse)
     refused = r"refuses the fleet's admin key on /workers \(HTTP 401\).*sglang_router_admin_key"
     with pytest.raises(module.RolloutError, match=refused):
         module.router_for("http://127.0.0.1:30100", ["admin-key", "client-key"], "client-key")
@@ -310,7 +311,7 @@ def test_the_module_manages_the_router_with_its_admin_key_and_stops_when_refused
         raise RouterError("GET /workers: HTTP 401", 401)
 
     monkeypatch.setattr("ansible.module_utils.basic.AnsibleModule", FakeModule)
-    monkeypatch.setattr("sglang_rollout.sglang_router_client.list_workers", refuse)
+    monkeypatch.setattr(sglang_router_client, "list_workers", refuse)
     with pytest.raises(Exited) as exited:
         module.main()
     result = exited.value.args[0]

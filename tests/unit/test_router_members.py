@@ -9,10 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-
-# Not on mypy_path (roles/sglang_router/library, tests/unit); pytest finds both (tests/conftest.py, rootdir).
-import sglang_router_members as module
-from ansible.module_utils.sglang_router_client import RouterError
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import RouterError
+from ansible_collections.sglang.fleet.plugins.modules import sglang_router_members as module
 from test_sglang_router_client import W1, W2, W3, FakeRouter
 
 

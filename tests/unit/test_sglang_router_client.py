@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from ansible.module_utils import sglang_router_client as client
+from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client as client
 
 W1, W2, W3 = "http://127.0.0.1:41001", "http://127.0.0.1:41002", "http://127.0.0.1:41003"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from systemd import systemd_env_quote, systemd_exec_quote
+from ansible_collections.sglang.fleet.plugins.filter.systemd import systemd_env_quote, systemd_exec_quote
 
 
 def test_plain_words_stay_plain() -> None:
@@ -26,7 +26,7 @@ def test_environment_values() -> None:
 
 
 def test_show_states_and_stale_instances() -> None:
-    from systemd import sglang_server_stale, systemd_show_states
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import sglang_server_stale, systemd_show_states
 
     states = systemd_show_states(
         "Id=sglang-30000.service\nActiveState=active\nExecMainStartTimestamp=Thu 1970-01-01 00:16:40.500000 UTC\n\n"

@@ -10,8 +10,8 @@ import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
-from fleet import ROOT
-from systemd import FilterModule as SystemdFilters
+from ansible_collections.sglang.fleet.plugins.filter.systemd import FilterModule as SystemdFilters
+from fleet import ROOT, collection_filters
 
 Plan = Callable[..., dict[str, Any]]
 SERVER = ROOT / "roles/sglang_server"
@@ -27,7 +27,7 @@ def render(name: str, **variables: Any) -> str:
         keep_trailing_newline=True,
     )
     environment.filters.update(CoreFilters().filters())
-    environment.filters.update(SystemdFilters().filters())
+    environment.filters.update(collection_filters(SystemdFilters))
     defaults = yaml.safe_load((SERVER / "defaults/main.yml").read_text())
     context = {
         **defaults,
@@ -142,7 +142,7 @@ def test_the_secrets_dir_follows_the_server_config_dir(plan: Plan) -> None:
 
 
 def test_a_control_character_in_a_server_variable_would_inject_a_unit_line_and_is_refused(plan: Plan) -> None:
-    from systemd import systemd_text_problems
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import systemd_text_problems
 
     instance = plan("b200")["instances"][0]
     injected = "/srv/cache\nExecStartPre=/bin/sh -c id"
@@ -170,7 +170,7 @@ def test_a_control_character_in_a_server_variable_would_inject_a_unit_line_and_i
 
 
 def test_a_read_write_path_with_a_space_is_refused() -> None:
-    from systemd import systemd_text_problems
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import systemd_text_problems
 
     variables = {"sglang_server_read_write_paths": ["/srv/ok", "/srv/model cache"], "sglang_server_home": "/var/lib/sg lang"}
     (problem,) = systemd_text_problems("ct129", variables, ["sglang_server_read_write_paths"])
@@ -179,7 +179,7 @@ def test_a_read_write_path_with_a_space_is_refused() -> None:
 
 
 def test_a_control_character_in_a_router_variable_is_refused() -> None:
-    from systemd import systemd_text_problems
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import systemd_text_problems
 
     problems = systemd_text_problems(
         "b200",
@@ -208,14 +208,12 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     server_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     router_tasks = yaml.safe_load((ROUTER / "tasks/main.yml").read_text())
     router_vars = yaml.safe_load((ROUTER / "vars/main.yml").read_text())
-    copies = {
-        task["ansible.builtin.copy"]["src"]: task["ansible.builtin.copy"]["dest"]
-        for task in router_tasks
-        if "src" in (task.get("ansible.builtin.copy") or {})
-    }
-    # The server's helpers are written with its instance files, by one task.
-    [writer] = [task["sglang_instance_files"] for task in server_tasks if "sglang_instance_files" in task]
+    writer_name = "sglang.fleet.sglang_instance_files"
+    # The server's helpers are written with its instance files, by one task; the router's launcher with its unit.
+    [writer] = [task[writer_name] for task in server_tasks if writer_name in task]
     assert writer["files"] == "{{ sglang_server_helper_files }}"
+    [router_writer] = [task[writer_name] for task in router_tasks if writer_name in task]
+    copies = {item["src"]: item["dest"] for item in router_writer["files"] if not item.get("template")}
     copies |= {item["src"]: item["dest"] for item in server_vars["sglang_server_helper_files"] if not item.get("template")}
     assert copies["sglang_launcher.py"] == "{{ sglang_server_helper_dir }}/sglang_launcher.py"
     assert copies["check_gpus_free.py"] == "{{ sglang_server_helper_dir }}/check_gpus_free.py"
@@ -230,7 +228,7 @@ def render_router(**variables: Any) -> str:
         loader=jinja2.FileSystemLoader(ROUTER / "templates"), undefined=jinja2.StrictUndefined, trim_blocks=True
     )
     environment.filters.update(CoreFilters().filters())
-    environment.filters.update(SystemdFilters().filters())
+    environment.filters.update(collection_filters(SystemdFilters))
     context: dict[str, Any] = {
         "ansible_managed": "Managed by Ansible",
         "sglang_server_user": "sglang",

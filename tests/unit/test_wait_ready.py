@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ansible.module_utils import sglang_readiness as module
+from ansible_collections.sglang.fleet.plugins.module_utils import sglang_readiness as module
 
 RUNNING = {"ActiveState": "activating", "SubState": "start", "NRestarts": "0", "InvocationID": "a"}
 ACTIVE = {**RUNNING, "ActiveState": "active", "SubState": "running"}

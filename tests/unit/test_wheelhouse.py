@@ -18,7 +18,7 @@ from jinja2.nativetypes import NativeEnvironment
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles/sglang_venv"
 
-import sglang_venv_wheel_hashes as hashes  # noqa: E402
+from ansible_collections.sglang.fleet.plugins.lookup import sglang_venv_wheel_hashes as hashes  # noqa: E402
 
 
 def tasks() -> dict[str, dict[str, Any]]:

@@ -14,10 +14,10 @@ from typing import Any
 import testinfra.utils.ansible_runner
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "roles/sglang/filter_plugins"), str(ROOT / "roles/sglang/library"), str(ROOT / "roles/testhost/filter_plugins")]
-from conftest import host_facts, plan_settings, stand_in_model  # noqa: E402
-from sglang_model_facts import describe  # noqa: E402
-from sglang_plan import sglang_plan  # noqa: E402
+sys.path[:0] = [str(ROOT / "tests")]
+from conftest import host_facts, plan_settings, stand_in_model  # noqa: E402  (puts the collection on the path)
+from ansible_collections.sglang.fleet.plugins.modules.sglang_model_facts import describe  # noqa: E402
+from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan  # noqa: E402
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
 VENV = "/opt/sglang/sglang-0.5.23"

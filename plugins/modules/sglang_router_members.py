@@ -8,7 +8,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ansible.module_utils import sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
 
 DOCUMENTATION = r"""
 module: sglang_router_members

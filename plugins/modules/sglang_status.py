@@ -8,7 +8,7 @@ import subprocess
 import time
 from typing import Any
 
-from ansible.module_utils.sglang_readiness import http_json, http_status
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, http_status
 
 DOCUMENTATION = r"""
 module: sglang_status

@@ -1089,7 +1089,7 @@ def declared_variables(root: str = "") -> frozenset[str]:
     per run, from the checkout the plugin lives in."""
     import yaml  # Ansible's controller always has PyYAML
 
-    base = Path(root) if root else Path(__file__).resolve().parents[3]
+    base = Path(root) if root else Path(__file__).resolve().parents[2]
     names: set[str] = set()
     for spec in base.glob("roles/*/meta/argument_specs.yml"):
         data = yaml.safe_load(spec.read_text()) or {}
@@ -1105,7 +1105,7 @@ def declared_variables(root: str = "") -> frozenset[str]:
         names.update(match.group(1) for match in assigned.finditer(path.read_text(errors="replace")))
     # Facts the roles' own modules return (ansible_facts={"sglang_host": ...}).
     quoted = re.compile(r"[\"']((?:sglang|cuda)_\w+)[\"']")
-    for path in base.glob("roles/*/library/*.py"):
+    for path in base.glob("plugins/modules/*.py"):
         names.update(match.group(1) for match in quoted.finditer(path.read_text(errors="replace")))
     return frozenset(names)
 

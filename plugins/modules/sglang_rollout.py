@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible.module_utils import sglang_router_client
-from ansible.module_utils.sglang_readiness import http_json, journal_tail, wait
+from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, journal_tail, wait
 
 DOCUMENTATION = r"""
 module: sglang_rollout

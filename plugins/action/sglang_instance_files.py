@@ -76,7 +76,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         except AnsibleActionFail as error:
             return {**result, "failed": True, "msg": str(error)}
         module_result = self._execute_module(
-            module_name="sglang_instance_files",
+            module_name="sglang.fleet.sglang_instance_files",
             module_args={"files": files, "private_contents": private_contents},
             task_vars=task_vars,
         )
