@@ -28,14 +28,14 @@ def load_yaml(path: Path) -> Any:
 
 @pytest.fixture(scope="session")
 def support_table() -> dict[str, Any]:
-    table: dict[str, Any] = json.loads((ROOT / "roles/sglang/files/sglang-0.5.23.json").read_text())
+    table: dict[str, Any] = json.loads((ROOT / "roles/sglang_plan/files/sglang-0.5.23.json").read_text())
     return table
 
 
 @pytest.fixture(scope="session")
 def support_tables() -> list[dict[str, Any]]:
-    """`sglang_plan_support_tables`: every roles/sglang/files/sglang-<version>.json."""
-    return [json.loads(path.read_text()) for path in sorted((ROOT / "roles/sglang/files").glob("sglang-*.json"))]
+    """`sglang_plan_support_tables`: every roles/sglang_plan/files/sglang-<version>.json."""
+    return [json.loads(path.read_text()) for path in sorted((ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))]
 
 
 def constraints_versions() -> list[str]:
@@ -47,13 +47,13 @@ def constraints_versions() -> list[str]:
 def plan_settings(host: str, **overrides: Any) -> dict[str, Any]:
     """`sglang_plan_settings` as Ansible builds it for a production host, with variables overridden."""
     variables = {
-        **load_yaml(ROOT / "roles/sglang/defaults/main.yml"),
+        **load_yaml(ROOT / "roles/sglang_plan/defaults/main.yml"),
         **load_yaml(ROOT / f"inventory/production/host_vars/{host}.yml"),
         "inventory_hostname": host,
         "sglang_plan_constraints_versions": constraints_versions(),
         **overrides,
     }
-    template = load_yaml(ROOT / "roles/sglang/vars/main.yml")["sglang_plan_settings"]
+    template = load_yaml(ROOT / "roles/sglang_plan/vars/main.yml")["sglang_plan_settings"]
     environment = NativeEnvironment()
     return {key: environment.from_string(str(value)).render(**variables) for key, value in template.items()}
 

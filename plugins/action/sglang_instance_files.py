@@ -22,7 +22,8 @@ OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\
 class ActionModule(ActionBase):  # type: ignore[misc]
     """Arguments: `instances`; `templates`, each {src, dest_dir, suffix, owner, group, mode, private} (a private file
     may hold secrets: never logged, never in a diff), rendered once per instance; `files`, each {src, dest, owner,
-    group, mode, template}, a file of the role's files/ copied as it is (or of templates/, rendered, with `template`);
+    group, mode, template, private}, a file of the role's files/ copied as it is (or of templates/, rendered, with
+    `template`), or {content, dest, ...} with the content given (`private` as for templates);
     `loop_var` (the name the templates know the instance by, default sglang_server_instance)."""
 
     TRANSFERS_FILES = False
@@ -51,28 +52,36 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         files: list[dict[str, Any]] = []
         private_contents: list[str] = []
         owner_of = {}
+
+        def add(path: str, content: str, attributes: dict[str, Any], private: bool) -> None:
+            """One file to write; a private one's content travels apart, never logged, never in a diff."""
+            spec = {"path": path, **{key: attributes[key] for key in ("owner", "group", "mode")}}
+            if private:
+                spec["private"] = len(private_contents)
+                private_contents.append(content)
+            else:
+                spec["content"] = content
+            files.append(spec)
+
         try:
             for template in args.get("templates") or []:
                 source = self._find_needle("templates", template["src"])
                 for instance in args.get("instances") or []:
                     dest = os.path.join(template["dest_dir"], f"{instance['name']}{template.get('suffix', '')}")
                     content = self.render(template["src"], source, dest, task_vars, {loop_var: instance})
-                    spec = {"path": dest, "owner": template["owner"], "group": template["group"], "mode": template["mode"]}
-                    if template.get("private"):
-                        spec["private"] = len(private_contents)
-                        private_contents.append(content)
-                    else:
-                        spec["content"] = content
-                    files.append(spec)
+                    add(dest, content, template, bool(template.get("private")))
                     owner_of[dest] = instance["name"]
             for single in args.get("files") or []:
-                source = self._find_needle("templates" if single.get("template") else "files", single["src"])
-                content = (
-                    self.render(single["src"], source, single["dest"], task_vars, {})
-                    if single.get("template")
-                    else self._loader.get_text_file_contents(source)
-                )
-                files.append({"path": single["dest"], "content": content} | {k: single[k] for k in ("owner", "group", "mode")})
+                if "content" in single:
+                    content = str(single["content"])
+                else:
+                    source = self._find_needle("templates" if single.get("template") else "files", single["src"])
+                    content = (
+                        self.render(single["src"], source, single["dest"], task_vars, {})
+                        if single.get("template")
+                        else self._loader.get_text_file_contents(source)
+                    )
+                add(single["dest"], content, single, bool(single.get("private")))
         except AnsibleActionFail as error:
             return {**result, "failed": True, "msg": str(error)}
         module_result = self._execute_module(

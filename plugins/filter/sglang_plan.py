@@ -3,7 +3,7 @@
 `sglang_plan(settings, facts, tables)` returns {"instances": [...], "problems": [...]}. Every other role
 reads the instances; preflight fails the deploy when any host has a problem. Each problem is one line
 naming host, instance, variable, value and fix. `tables` are the support tables of every SGLang version
-sglang-fleet supports (roles/sglang/files/sglang-<version>.json); settings["version"] picks the pinned one,
+sglang-fleet supports (roles/sglang_plan/files/sglang-<version>.json); settings["version"] picks the pinned one,
 and the others say what a host moving between versions gains or loses.
 """
 
@@ -18,6 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, is_loopback
+from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
 
 GIB = 1024**3
 MIB = 1024**2
@@ -172,8 +175,7 @@ class Plan:
     problems: list[str] = field(default_factory=list)
 
     def problem(self, where: str, variable: str, value: Any, message: str, fix: str) -> None:
-        shown = json.dumps(value, sort_keys=True, default=str)
-        self.problems.append(f"{self.host} {where}: {variable}={shown}: {message}; fix: {fix}")
+        self.problems.append(problem_line(self.host, where, variable, value, message, fix))
 
 
 def _flag_name(key: str) -> str:
@@ -535,10 +537,6 @@ def _merge(base: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str
     return merged
 
 
-def _connect_host(listen_host: str) -> str:
-    return "127.0.0.1" if listen_host in ("0.0.0.0", "::", "") else listen_host
-
-
 def _derive_instances(
     plan: Plan, settings: Mapping[str, Any], gpu_ids: list[int], gpu_facts: Sequence[Mapping[str, Any]], support: Support
 ) -> list[dict[str, Any]]:
@@ -577,7 +575,7 @@ def _derive_instances(
     model_path = str(settings["model_path"])
     served_name = settings["served_model_name"] or model_path.rstrip("/").rsplit("/", 1)[-1]
     listen_host = str(settings["listen_host"])
-    if listen_host not in ("127.0.0.1", "::1", "localhost") and not _truthy(settings.get("has_api_key")):
+    if not is_loopback(listen_host) and not _truthy(settings.get("has_api_key")):
         plan.problem(
             "host",
             "sglang_listen_host",
@@ -649,7 +647,7 @@ def _derive_instances(
                 "nccl_port": nccl_base + index,
                 "gpu_ids": gpus,
                 "gpu_uuids": [uuids[gpu] for gpu in gpus if gpu in uuids],
-                "url": f"http://{_connect_host(listen_host)}:{port}",
+                "url": f"http://{connect_host(listen_host)}:{port}",
                 "model_path": model_path,
                 "served_model_name": served_name,
                 "tensor_parallel_size": tensor,
@@ -1189,6 +1187,8 @@ class FilterModule:
             "sglang_gate_problems": sglang_gate_problems,
             "sglang_checked_command_lines": sglang_checked_command_lines,
             "sglang_reshape": sglang_reshape,
+            "sglang_problem": problem_line,
+            "sglang_connect_host": connect_host,
         }
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils.listen import is_loopback
+from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
 
 
 def sglang_router_flags(extra: dict[str, Any]) -> list[str]:
@@ -30,25 +32,41 @@ def sglang_router_problems(
 ) -> list[str]:
     """The router's ports must not be an instance's, nor taken by another program; beyond loopback it needs a key."""
     problems = []
-    if bind not in ("127.0.0.1", "::1", "localhost") and not has_api_key:
+    if not is_loopback(bind) and not has_api_key:
         problems.append(
-            f"{host} router: sglang_router_host={json.dumps(bind)}: a router reachable beyond this host needs an API key; "
-            "fix: set sglang_api_key (from ansible-vault) or keep 127.0.0.1"
+            problem_line(
+                host,
+                "router",
+                "sglang_router_host",
+                bind,
+                "a router reachable beyond this host needs an API key",
+                "set sglang_api_key (from ansible-vault) or keep 127.0.0.1",
+            )
         )
     taken = {instance["port"]: instance["name"] for instance in instances}
     taken.update({instance["nccl_port"]: f"{instance['name']}'s NCCL port" for instance in instances})
     owners = {entry["port"]: entry for entry in listening}
     for variable, value in (("sglang_router_port", port), ("sglang_router_prometheus_port", prometheus_port)):
         if value in taken:
-            problems.append(f"{host} router: {variable}={value}: port {value} is {taken[value]}; fix: choose a free port")
+            problems.append(
+                problem_line(host, "router", variable, value, f"port {value} is {taken[value]}", "choose a free port")
+            )
         owner = owners.get(value)
         if owner and owner.get("unit") != "sglang-router.service":
             problems.append(
-                f"{host} router: {variable}={value}: port {value} is taken by PID {owner.get('pid')} ({owner.get('name', '?')}); "
-                "fix: stop that program or choose another port"
+                problem_line(
+                    host,
+                    "router",
+                    variable,
+                    value,
+                    f"port {value} is taken by PID {owner.get('pid')} ({owner.get('name', '?')})",
+                    "stop that program or choose another port",
+                )
             )
     if port == prometheus_port:
-        problems.append(f"{host} router: sglang_router_prometheus_port={port}: same as sglang_router_port; fix: use two ports")
+        problems.append(
+            problem_line(host, "router", "sglang_router_prometheus_port", port, "same as sglang_router_port", "use two ports")
+        )
     return problems
 
 

@@ -8,6 +8,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils import systemd as show_parser
+from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
+
 _NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
 
 
@@ -33,14 +36,44 @@ def systemd_env_quote(value: Any) -> str:
     return text
 
 
+# The sandbox every sglang-fleet unit runs in (instances and router alike), after its account and device lines.
+HARDENING = (
+    "NoNewPrivileges=yes",
+    "CapabilityBoundingSet=",
+    "AmbientCapabilities=",
+    "PrivateTmp=yes",
+    "ProtectSystem=strict",
+    "ReadWritePaths={paths}",
+    "ProtectHome=yes",
+    "ProtectProc=invisible",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "RestrictNamespaces=yes",
+    "RestrictRealtime=yes",
+    "RestrictSUIDSGID=yes",
+    "LockPersonality=yes",
+    "KeyringMode=private",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+    "SystemCallArchitectures=native",
+    "SystemCallFilter=@system-service",
+    "SystemCallErrorNumber=EPERM",
+)
+
+
+def systemd_hardening(read_write_paths: Iterable[str], private_devices: bool = False) -> list[str]:
+    """The unit lines of the fleet's sandbox: writable only `read_write_paths`; `private_devices` for a unit that
+    needs no device at all (the router; the instances allow their GPUs' nodes instead)."""
+    lines = [line.format(paths=" ".join(read_write_paths)) for line in HARDENING]
+    return [*lines[:4], "PrivateDevices=yes", *lines[4:]] if private_devices else lines
+
+
 def systemd_show_states(output: str) -> dict[str, dict[str, str]]:
     """`systemctl show --property=Id,... unit...` output as {unit: {property: value}}."""
-    states: dict[str, dict[str, str]] = {}
-    for block in output.strip().split("\n\n"):
-        properties = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        if properties.get("Id"):
-            states[properties["Id"]] = properties
-    return states
+    return show_parser.parse_show(output)
 
 
 def systemd_utc_seconds(timestamp: str) -> float | None:
@@ -103,28 +136,39 @@ def _control_character(value: Any) -> str | None:
     return next((found for found in map(_control_character, items) if found), None)
 
 
-def systemd_text_problems(
-    host: str, variables: dict[str, Any], no_spaces: Iterable[str] = (), where: str = "host"
-) -> list[str]:
+def systemd_text_problems(host: str, variables: dict[str, Any], no_spaces: Iterable[str] = (), where: str = "host") -> list[str]:
     """One problem per variable whose text reaches a unit or environment file with a control character in it,
     and per entry of a `no_spaces` list variable holding whitespace (ReadWritePaths= splits on it). `where` names
     the part of the host the variables belong to (the servers: "host"; "router")."""
     problems = []
     spaced = set(no_spaces)
     for variable, value in variables.items():
-        shown = json.dumps(value if variable != "sglang_api_key" else "<hidden>")
+        shown = value if variable != "sglang_api_key" else "<hidden>"
         character = _control_character(value)
         if character:
             problems.append(
-                f"{host} {where}: {variable}={shown}: contains the control character {character}, which would inject a line "
-                "into (or break) the rendered unit or environment file; fix: remove the control character"
+                problem_line(
+                    host,
+                    where,
+                    variable,
+                    shown,
+                    f"contains the control character {character}, which would inject a line into (or break) the rendered unit "
+                    "or environment file",
+                    "remove the control character",
+                )
             )
         elif variable in spaced:
             for entry in value if isinstance(value, list) else [value]:
                 if isinstance(entry, str) and re.search(r"\s", entry):
                     problems.append(
-                        f"{host} {where}: {variable}={shown}: entry {json.dumps(entry)} contains whitespace, which splits "
-                        "it into two paths in ReadWritePaths=; fix: use a path without spaces (e.g. a symlink to it)"
+                        problem_line(
+                            host,
+                            where,
+                            variable,
+                            shown,
+                            f"entry {json.dumps(entry)} contains whitespace, which splits it into two paths in ReadWritePaths=",
+                            "use a path without spaces (e.g. a symlink to it)",
+                        )
                     )
     return problems
 
@@ -137,6 +181,7 @@ class FilterModule:
             "systemd_exec_quote": systemd_exec_quote,
             "systemd_env_quote": systemd_env_quote,
             "systemd_show_states": systemd_show_states,
+            "systemd_hardening": systemd_hardening,
             "sglang_server_stale": sglang_server_stale,
             "sglang_server_unit_properties": sglang_server_unit_properties,
             "systemd_text_problems": systemd_text_problems,

@@ -15,6 +15,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils import systemd
+
 UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "InvocationID", "ExecMainCode", "ExecMainStatus", "Result")
 # ExecMainCode: how the main process ended (siginfo's si_code); 2 and 3 mean a signal (ExecMainStatus) ended it.
 KILLED_CODES = ("2", "3")
@@ -22,13 +24,7 @@ KILLED_CODES = ("2", "3")
 
 def unit_state(unit: str) -> dict[str, str]:
     """The unit's systemd properties that tell whether it still runs the process we started."""
-    output = subprocess.run(
-        ["systemctl", "show", unit, *(f"--property={name}" for name in UNIT_PROPERTIES)],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
+    return systemd.show([unit], UNIT_PROPERTIES)[unit]
 
 
 def ending(now: dict[str, str]) -> str:

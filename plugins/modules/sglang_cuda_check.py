@@ -62,7 +62,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 problems:
-  description: One line per failed instance, "<host> instance <name>: sglang_gpu_ids=[...]: <cause>; fix: ...".
+  description: >-
+    One line per failed instance, "<host> instance <name>: sglang_gpu_ids=[...]: <cause>; fix: ...".
   returned: always
   type: list
 checked:

@@ -12,6 +12,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils import systemd
+
 DOCUMENTATION = r"""
 module: sglang_installed
 short_description: Says, in one call, whether a role's install steps would change anything on the host
@@ -56,6 +58,11 @@ options:
     type: list
     elements: str
     default: []
+  units:
+    description: systemd units whose C(ActiveState) and C(UnitFileState) are returned in C(units).
+    type: list
+    elements: str
+    default: []
 author: sglang-fleet
 """
 
@@ -66,6 +73,10 @@ differences:
   type: list
 found:
   description: For each of C(globs), the matching paths.
+  returned: always
+  type: dict
+units:
+  description: For each of C(units), its C(ActiveState) and C(UnitFileState) (empty strings for an unknown unit).
   returned: always
   type: dict
 """
@@ -221,6 +232,7 @@ def main() -> None:
             "accounts": {"type": "list", "elements": "dict", "default": []},
             "commands": {"type": "list", "elements": "dict", "default": []},
             "globs": {"type": "list", "elements": "str", "default": []},
+            "units": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -230,6 +242,7 @@ def main() -> None:
         changed=False,
         differences=differences(module.params),
         found={pattern: sorted(glob.glob(pattern)) for pattern in module.params["globs"]},
+        units=systemd.show(module.params["units"], ["ActiveState", "UnitFileState"]),
     )
 
 

@@ -56,7 +56,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 model:
-  description: exists, config, architectures, mtp_layers, num_attention_heads, num_key_value_heads,
+  description: >-
+    exists, config, architectures, mtp_layers, num_attention_heads, num_key_value_heads,
     hidden_size, max_position_embeddings, context_length, total_size, shard_bytes, shards,
     missing_shards, empty_shards, has_mtp_tensors, tensor_count, checksum_problems; with I(user): hidden_by
     (the sandbox setting that hides the path from the service, or null), unreadable (one "path: reason" per file or

@@ -32,7 +32,7 @@ description:
     unit, environment file and key file (copies kept in C(last_good_dir)), restarts it, confirms it is ready
     again, puts it back into the router, stops the rollout (later instances are not touched) and fails with the reason and the
     journal tail of the failed start.
-  - With C(stop=true) it only stops the instances (each taken out of the router and drained first): a reshape
+  - With C(stop=true) it only stops the instances (each taken out of the router and drained first); a reshape
     stops the instances it displaces before any instance restarts on their GPUs.
 options:
   instances:

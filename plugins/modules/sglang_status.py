@@ -8,6 +8,7 @@ import subprocess
 import time
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils import systemd
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, http_status
 
 DOCUMENTATION = r"""
@@ -50,13 +51,7 @@ PROPERTIES = ("ActiveState", "NRestarts", "ActiveEnterTimestamp")
 
 
 def unit_properties(unit: str) -> dict[str, str]:
-    output = subprocess.run(
-        ["systemctl", "show", "--timestamp=unix", unit, *(f"--property={name}" for name in PROPERTIES)],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
+    return systemd.show([unit], PROPERTIES, ["--timestamp=unix"])[unit]
 
 
 def exposure(unit: str) -> float | None:

@@ -244,27 +244,27 @@ def load_yaml(path: Path) -> Any:
 
 
 def support_table() -> tuple[Json, str]:
-    """roles/sglang/files/sglang-0.5.17.json, or 0.5.23's when that one is absent (then planned as 0.5.23)."""
+    """roles/sglang_plan/files/sglang-0.5.17.json, or 0.5.23's when that one is absent (then planned as 0.5.23)."""
     for version in ("0.5.17", "0.5.23"):
-        path = ROOT / f"roles/sglang/files/sglang-{version}.json"
+        path = ROOT / f"roles/sglang_plan/files/sglang-{version}.json"
         if path.exists():
             table: Json = json.loads(path.read_text())
             return table, version
-    raise FileNotFoundError("no roles/sglang/files/sglang-0.5.17.json or sglang-0.5.23.json")
+    raise FileNotFoundError("no roles/sglang_plan/files/sglang-0.5.17.json or sglang-0.5.23.json")
 
 
 def plan_settings(variables_file: Path, **overrides: Any) -> Json:
-    """`sglang_plan_settings` as roles/sglang/vars/main.yml builds it: role defaults overridden by the host_vars."""
+    """`sglang_plan_settings` as roles/sglang_plan/vars/main.yml builds it: role defaults overridden by the host_vars."""
     files = (ROOT / "roles/sglang_venv/files").glob("constraints-*.txt")
     constraints = sorted(p.name[len("constraints-") : -len(".txt")] for p in files)
     variables: Json = {
-        **load_yaml(ROOT / "roles/sglang/defaults/main.yml"),
+        **load_yaml(ROOT / "roles/sglang_plan/defaults/main.yml"),
         **(load_yaml(variables_file) or {}),
         "inventory_hostname": variables_file.stem,
         "sglang_plan_constraints_versions": constraints,
         **overrides,
     }
-    template: Json = load_yaml(ROOT / "roles/sglang/vars/main.yml")["sglang_plan_settings"]
+    template: Json = load_yaml(ROOT / "roles/sglang_plan/vars/main.yml")["sglang_plan_settings"]
     native: Any = None
     with contextlib.suppress(ImportError):
         from jinja2.nativetypes import NativeEnvironment
@@ -293,7 +293,7 @@ def make_plan(mods: dict[str, types.ModuleType], facts: Json, run: Run, tag: str
     table, version = support_table()
     if version != "0.5.17":
         overrides = {"sglang_version": version, **overrides}
-        run.message(f"{tag}: roles/sglang/files/sglang-0.5.17.json is absent; planned against sglang-{version}.json")
+        run.message(f"{tag}: roles/sglang_plan/files/sglang-0.5.17.json is absent; planned against sglang-{version}.json")
     settings = plan_settings(HERE / "host_vars" / host_vars, **overrides)
     result: Json = mods["sglang_plan"].sglang_plan(settings, facts, [table])
     record = {"host_vars": f"tests/hardware/host_vars/{host_vars}", "support_table": f"sglang-{version}.json",

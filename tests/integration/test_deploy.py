@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleet import Run, on_host, overlay_inventory, run_playbook, unit_starts
+from fleet import Run, http_status, on_host, overlay_inventory, run_playbook, unit_starts
 
 
 def test_a_second_sandbox_run_changes_nothing(sandbox: Run) -> None:
@@ -107,6 +107,85 @@ def test_an_install_changed_by_hand_is_found_by_the_probes_and_put_back_and_noth
         assert again.rc == 0 and again.changed() == [], again.changed()
     finally:
         on_host("ct129", "rm", "-rf", "/tmp/router.dist-info")
+
+
+def test_the_built_collection_deploys_the_sandbox_from_a_project_of_its_own(sandbox: Run, tmp_path: Path) -> None:
+    """`ansible-galaxy collection build`, installed into another project's collections path: its deploy playbook runs
+    the sandbox from there (the roles, modules and filters all from the artifact) and finds nothing to change."""
+    import subprocess
+
+    from fleet import ROOT, SANDBOX_INVENTORY
+
+    galaxy = str(ROOT / ".venv/bin/ansible-galaxy")
+    built = subprocess.run(
+        [galaxy, "collection", "build", "--output-path", str(tmp_path)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr
+    [artifact] = tmp_path.glob("sglang-fleet-*.tar.gz")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {tmp_path / 'collections'}\n")
+    environment = {
+        "PATH": f"{ROOT / '.venv/bin'}:/usr/bin:/bin",
+        "HOME": str(Path.home()),
+        "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
+    }
+    installed = subprocess.run(
+        [galaxy, "collection", "install", str(artifact), "-p", str(tmp_path / "collections")],
+        cwd=project,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert installed.returncode == 0, installed.stderr
+    assert not (tmp_path / "collections/ansible_collections/sglang/fleet/roles/testhost").exists(), "the test double ships"
+    deployed = subprocess.run(
+        [
+            str(ROOT / ".venv/bin/ansible-playbook"),
+            "sglang.fleet.deploy",
+            "-i",
+            str(SANDBOX_INVENTORY),
+            # The simulator stands in for SGLang on these hosts; it is not part of the product's artifact.
+            "-e",
+            f"sglang_venv_simulator_source={ROOT / 'simulator/src/sglang_simulator'}",
+        ],
+        cwd=project,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert deployed.returncode == 0, deployed.stdout[-3000:]
+    assert "/collections/ansible_collections/sglang/fleet/" in deployed.stdout or "sglang.fleet.sglang :" in deployed.stdout
+    recap = deployed.stdout[deployed.stdout.index("PLAY RECAP") :]
+    assert recap.count("changed=0") == 2, recap
+
+
+def test_remove_takes_the_fleet_off_a_host_and_leaves_nothing_of_it(sandbox: Run) -> None:
+    """playbooks/remove.yml on ct129: no sglang unit, file, account or group is left (the model and the test double's
+    stand-in nvidia-smi are not the fleet's); b200 is untouched; the next deploy brings ct129 back."""
+    b200_before = unit_starts("b200")
+    checked = run_playbook("playbooks/remove.yml", limit="ct129", cmdline="--check")
+    assert checked.rc == 0, checked.failure_messages()
+    assert "sglang-30000.service" in on_host("ct129", "systemctl", "list-units", "--no-legend", "sglang-30000.service")
+    removed = run_playbook("playbooks/remove.yml", limit="ct129")
+    try:
+        assert removed.rc == 0, removed.failure_messages()
+        units = on_host("ct129", "systemctl", "list-unit-files", "--no-legend", "sglang*")
+        loaded = on_host("ct129", "systemctl", "list-units", "--all", "--no-legend", "sglang*")
+        assert units.strip() == "" and loaded.strip() == "", (units, loaded)
+        outside = ["/proc", "/srv/models", "/home/preflight-models", "/opt/sglang-simulator-standin", "/etc/sglang-simulator"]
+        outside += ["/run/sglang-simulator", "/tmp", "/root"]  # the model, the test double's stand-ins, temporary files
+        skip = " ".join(f"-not -path '{path}*'" for path in outside)
+        script = f"find / -xdev -iname '*sglang*' {skip}; getent passwd sglang; getent group sglang; true"
+        found = on_host("ct129", "sh", "-c", script)
+        assert found.strip() == "", found
+        assert unit_starts("b200") == b200_before, "b200 was touched"
+        again = run_playbook("playbooks/remove.yml", limit="ct129")
+        assert again.rc == 0 and again.changed() == [], again.changed()
+    finally:
+        restored = run_playbook("deploy.yml", limit="ct129")
+    assert restored.rc == 0, restored.failure_messages()
+    assert http_status("ct129", "http://127.0.0.1:30000/health_generate") == 200
 
 
 def test_production_inventory_parses_and_lists_its_hosts() -> None:

@@ -43,7 +43,9 @@ def test_status_table_shows_every_instance_ready_and_sandboxed(sandbox: Run) -> 
 def test_prometheus_targets_and_alert_rules(sandbox: Run, tmp_path: Path) -> None:
     result = run_playbook("playbooks/prometheus.yml", extravars={"sglang_prometheus_dir": str(tmp_path)})
     assert result.rc == 0, result.failure_messages()
-    targets = json.loads((tmp_path / "sglang-targets.json").read_text())
+    targets = [entry for path in sorted(tmp_path.glob("sglang-targets-*.json")) for entry in json.loads(path.read_text())]
+    written = sorted(path.name for path in tmp_path.glob("sglang-targets-*.json"))
+    assert written == ["sglang-targets-b200.json", "sglang-targets-ct129.json"]
     jobs = [(entry["labels"]["job"], entry["targets"][0]) for entry in targets]
     assert jobs.count(("sglang-router", "b200:29000")) == 1
     assert sorted(target for job, target in jobs if job == "sglang") == sorted(
@@ -66,6 +68,32 @@ def test_prometheus_targets_and_alert_rules(sandbox: Run, tmp_path: Path) -> Non
     )
     for name in ("sglang:spec_accept_length", "sglang:num_queue_reqs"):
         assert name in metrics and any(name in expr for expr in alerts.values())
+
+
+def test_status_bench_and_prometheus_under_limit_cover_the_visited_hosts_and_keep_the_others_targets(
+    sandbox: Run, tmp_path: Path
+) -> None:
+    ct129_targets = tmp_path / "sglang-targets-ct129.json"
+    ct129_targets.write_text("[]\n")  # as an earlier run left it
+    prometheus = run_playbook("playbooks/prometheus.yml", limit="b200", extravars={"sglang_prometheus_dir": str(tmp_path)})
+    assert prometheus.rc == 0, prometheus.failure_messages()
+    assert ct129_targets.read_text() == "[]\n", "a --limit b200 run rewrote ct129's targets"
+    b200 = json.loads((tmp_path / "sglang-targets-b200.json").read_text())
+    assert len([entry for entry in b200 if entry["labels"]["job"] == "sglang"]) == 7
+    assert (tmp_path / "sglang-alerts.yml").is_file()
+    status = run_playbook("playbooks/status.yml", limit="b200")
+    assert status.rc == 0, status.failure_messages()
+    table = next(data["res"]["msg"] for data in status.results() if data["task"] == "Show every instance")
+    assert [line.split()[:2] for line in table[1:]] == [["b200", f"sglang-{30000 + i}"] for i in range(7)]
+    bench = run_playbook(
+        "playbooks/bench.yml",
+        limit="b200",
+        extravars={"sglang_bench_dir": str(tmp_path / "bench"), "sglang_bench_requests": 2, "sglang_bench_concurrency": [1]},
+    )
+    assert bench.rc == 0, bench.failure_messages()
+    endpoints = json.loads((tmp_path / "bench/bench.json").read_text())["endpoints"]
+    assert [e["name"] for e in endpoints] == [f"b200/sglang-{30000 + i}" for i in range(7)] + ["b200/router"]
+    assert (tmp_path / "bench/bench.png").stat().st_size > 0
 
 
 def test_bench_measures_every_instance_and_the_router(sandbox: Run, tmp_path: Path) -> None:

@@ -124,3 +124,26 @@ def test_an_account_is_compared_by_primary_group_memberships_home_and_shell() ->
         f"user {me.pw_name}: home is {me.pw_dir}, not /elsewhere",
     ]
     assert module.account_differences({"name": "no-such-user-here"}) == ["user no-such-user-here: missing"]
+
+
+def test_unit_states_come_from_one_systemctl_show_and_an_unknown_unit_has_empty_values() -> None:
+    from ansible_collections.sglang.fleet.plugins.module_utils import systemd
+
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        out = (
+            "Id=sglang-router.service\nActiveState=active\nUnitFileState=enabled\n\n"
+            "Id=gone.service\nActiveState=inactive\nUnitFileState=\n"
+        )
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    states = systemd.show(["sglang-router.service", "gone.service", "never.service"], ["ActiveState", "UnitFileState"], run=run)
+    assert states == {
+        "sglang-router.service": {"ActiveState": "active", "UnitFileState": "enabled"},
+        "gone.service": {"ActiveState": "inactive", "UnitFileState": ""},
+        "never.service": {"ActiveState": "", "UnitFileState": ""},
+    }
+    assert len(calls) == 1 and calls[0][:2] == ["systemctl", "show"]
+    assert systemd.show([], ["ActiveState"], run=run) == {} and len(calls) == 1

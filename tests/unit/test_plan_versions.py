@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _table(version: str) -> dict[str, Any]:
-    table: dict[str, Any] = json.loads((ROOT / f"roles/sglang/files/sglang-{version}.json").read_text())
+    table: dict[str, Any] = json.loads((ROOT / f"roles/sglang_plan/files/sglang-{version}.json").read_text())
     return table
 
 
@@ -32,12 +32,12 @@ def _production_flags(host: str) -> set[str]:
 
 
 def test_every_supported_version_has_its_table_and_constraints() -> None:
-    tables = sorted(path.name for path in (ROOT / "roles/sglang/files").glob("sglang-*.json"))
+    tables = sorted(path.name for path in (ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))
     assert tables == ["sglang-0.5.17.json", "sglang-0.5.23.json"]
     for version in ("0.5.17", "0.5.23"):
-        # The product's table is the simulator's, extracted from the real wheel (a link, as for 0.5.23).
-        link = ROOT / f"roles/sglang/files/sglang-{version}.json"
-        assert link.is_symlink() and link.resolve() == ROOT / f"simulator/src/sglang_simulator/data/sglang-{version}.json"
+        # The product owns the table (extracted from the real wheel); the simulator links to it and reads it there.
+        link = ROOT / f"simulator/src/sglang_simulator/data/sglang-{version}.json"
+        assert link.is_symlink() and link.resolve() == ROOT / f"roles/sglang_plan/files/sglang-{version}.json"
         assert _table(version)["sglang_version"] == version
         constraints = (ROOT / f"roles/sglang_venv/files/constraints-{version}.txt").read_text().splitlines()
         assert f"sglang=={version}" in constraints and "sglang-router==0.3.2" in constraints

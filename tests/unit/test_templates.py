@@ -12,6 +12,7 @@ import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
 from ansible_collections.sglang.fleet.plugins.filter.systemd import FilterModule as SystemdFilters
 from fleet import ROOT, collection_filters
+from jinja2.nativetypes import NativeEnvironment
 
 Plan = Callable[..., dict[str, Any]]
 SERVER = ROOT / "roles/sglang_server"
@@ -52,9 +53,10 @@ def render(name: str, **variables: Any) -> str:
     role_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     for variable in ("sglang_server_devices_unit", "sglang_server_root_path"):
         context[variable] = role_vars[variable]
-    context["sglang_server_sandbox"] = [
-        environment.from_string(item).render(**context) for item in role_vars["sglang_server_sandbox"]
-    ]
+    native = NativeEnvironment()
+    native.filters.update(collection_filters(SystemdFilters))
+    context.setdefault("sglang_server_read_write_paths", [])
+    context["sglang_server_sandbox"] = native.from_string(role_vars["sglang_server_sandbox"]).render(**context)
     return environment.get_template(name).render(**context)
 
 
@@ -213,7 +215,7 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     [writer] = [task[writer_name] for task in server_tasks if writer_name in task]
     assert writer["files"] == "{{ sglang_server_helper_files }}"
     [router_writer] = [task[writer_name] for task in router_tasks if writer_name in task]
-    copies = {item["src"]: item["dest"] for item in router_writer["files"] if not item.get("template")}
+    copies = {item["src"]: item["dest"] for item in router_writer["files"] if "src" in item and not item.get("template")}
     copies |= {item["src"]: item["dest"] for item in server_vars["sglang_server_helper_files"] if not item.get("template")}
     assert copies["sglang_launcher.py"] == "{{ sglang_server_helper_dir }}/sglang_launcher.py"
     assert copies["check_gpus_free.py"] == "{{ sglang_server_helper_dir }}/check_gpus_free.py"
@@ -268,6 +270,21 @@ def test_the_router_takes_its_keys_from_its_launcher_never_from_its_command_line
         "--worker-urls",
         "http://127.0.0.1:30000",
     ]
+
+
+def test_instances_and_router_run_in_the_same_sandbox_and_the_router_sees_no_device(plan: Plan) -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import HARDENING
+
+    [instance] = plan("b200", sglang_instance_count=1)["instances"]
+    server = render("sglang.service.j2", sglang_server_instance=instance).splitlines()
+    router = render_router().splitlines()
+    shared = [line.split("=", 1)[0] for line in HARDENING]
+    for text in (server, router):
+        keys = [line.split("=", 1)[0] for line in text if line.split("=", 1)[0] in shared]
+        assert keys == shared, "every hardening line, once, in the shared order"
+    assert "PrivateDevices=yes" in router and "PrivateDevices=yes" not in server
+    assert any(line.startswith("DeviceAllow=/dev/nvidia") for line in server)
+    assert "ReadWritePaths=/var/lib/sglang" in router
 
 
 def test_every_server_text_variable_a_template_renders_is_checked_for_control_characters() -> None:

@@ -21,7 +21,7 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_p
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
 VENV = "/opt/sglang/sglang-0.5.23"
-TABLE = json.loads((ROOT / "roles/sglang/files/sglang-0.5.23.json").read_text())
+TABLE = json.loads((ROOT / "roles/sglang_plan/files/sglang-0.5.23.json").read_text())
 
 
 def production_command_lines() -> dict[str, list[str]]:

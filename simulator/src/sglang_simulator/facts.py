@@ -1,6 +1,6 @@
 """The facts about the pinned SGLang release, loaded from the packaged JSON.
 
-The JSON is written by ``simulator/tools/extract_sglang_facts.py`` from a real
+The JSON is written by ``scripts/extract_sglang_facts.py`` from a real
 SGLang install; nothing here is typed in by hand.
 """
 

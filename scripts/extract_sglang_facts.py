@@ -4,10 +4,10 @@
 Run it with the interpreter of a venv that has the pinned SGLang installed
 (importing sglang needs torch, but no GPU):
 
-    /opt/sglang-probe/bin/python simulator/tools/extract_sglang_facts.py          # 0.5.23
-    /opt/sglang-0.5.17-probe/bin/python simulator/tools/extract_sglang_facts.py   # 0.5.17
+    /opt/sglang-probe/bin/python scripts/extract_sglang_facts.py          # 0.5.23
+    /opt/sglang-0.5.17-probe/bin/python scripts/extract_sglang_facts.py   # 0.5.17
 
-It writes ``simulator/src/sglang_simulator/data/sglang-<version>.json`` for the
+It writes ``roles/sglang_plan/files/sglang-<version>.json`` (the simulator links to it) for the
 installed version (which must have an entry in ``RETIRED_FLAGS`` / ``RETIRED_ENV``).
 The output is deterministic: running it twice against the same install gives
 a byte-identical file.  The ``flags`` list keeps the real parser's
@@ -521,7 +521,7 @@ def main() -> int:
     data = {
         "sglang_version": sglang.__version__,
         "source": (
-            f"Extracted by simulator/tools/extract_sglang_facts.py from the installed "
+            f"Extracted by scripts/extract_sglang_facts.py from the installed "
             f"sglang {sglang.__version__} wheel: flags from "
             "sglang.srt.server_args.ServerArgs.add_cli_args on "
             "argparse.ArgumentParser(prog='sglang serve') after "
@@ -552,13 +552,8 @@ def main() -> int:
         "speculative_algorithms": algorithms,
         "speculative_algorithm_aliases": aliases,
     }
-    out = (
-        Path(__file__).resolve().parent.parent
-        / "src"
-        / "sglang_simulator"
-        / "data"
-        / f"sglang-{sglang.__version__}.json"
-    )
+    # The product's knowledge of SGLang (the plan role reads it); the simulator links to it from its data folder.
+    out = Path(__file__).resolve().parents[1] / "roles" / "sglang_plan" / "files" / f"sglang-{sglang.__version__}.json"
     out.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
     print(f"wrote {out}: {len(flags)} flags, {len(archs)} architectures", file=sys.stderr)
     return 0

@@ -1,0 +1,15 @@
+"""Where a server listens and how the fleet reaches it: one rule for the instances and the router."""
+
+from __future__ import annotations
+
+# Binds that only this host can reach; anything else needs an API key (preflight refuses it otherwise).
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def connect_host(listen_host: str) -> str:
+    """The address the fleet's own clients (rollout, router, status) use for a server bound to `listen_host`."""
+    return "127.0.0.1" if listen_host in ("0.0.0.0", "::", "") else listen_host
+
+
+def is_loopback(listen_host: str) -> bool:
+    return listen_host in LOOPBACK
