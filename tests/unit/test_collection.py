@@ -1,0 +1,37 @@
+"""The collection's metadata agrees with what the checkout really uses and installs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+from fleet import ROOT
+
+SITE = next((ROOT / ".venv/lib").glob("python*/site-packages/ansible_collections"))
+
+
+def used_collections() -> set[str]:
+    """namespace.name of every module, filter or lookup called by its full name outside ansible.builtin and ours."""
+    text = "\n".join(
+        path.read_text() for pattern in ("roles/**/*.yml", "playbooks/*.yml", "deploy.yml") for path in ROOT.glob(pattern)
+    )
+    return {f"{ns}.{name}" for ns, name in re.findall(r"\b(community|ansible|containers)\.(\w+)\.\w+", text)} - {
+        "ansible.builtin"
+    }
+
+
+def test_requirements_list_every_collection_used_at_the_version_the_checkout_installs() -> None:
+    listed = yaml.safe_load((ROOT / "requirements/collections.yml").read_text())["collections"]
+    required = {entry["name"]: entry["version"] for entry in listed}
+    assert used_collections() <= set(required)
+    for name, version in required.items():
+        manifest = json.loads((SITE / name.replace(".", "/") / "MANIFEST.json").read_text())
+        assert manifest["collection_info"]["version"] == version, name
+
+
+def test_the_checkout_is_the_collection_it_builds() -> None:
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    assert (galaxy["namespace"], galaxy["name"]) == ("sglang", "fleet")
+    assert (ROOT / "collections/ansible_collections/sglang/fleet").resolve() == ROOT
+    assert "roles/testhost" in galaxy["build_ignore"] and "simulator" in galaxy["build_ignore"], "the test double stays out"
