@@ -43,7 +43,7 @@ unit: venv ## pytest: instance derivation, templates, modules, simulator
 	pytest tests/unit tests/simulator tests/contract
 
 molecule: venv docker ## Molecule scenarios on local systemd containers
-	TESTHOST_IMAGE=$$(scripts/testhost-image.sh) molecule test --all
+	molecule test --all
 
 integration: venv docker ## pytest + ansible-runner against the sandbox hosts (started if absent)
 	pytest tests/integration

@@ -323,7 +323,7 @@ def test_the_checker_parses_a_stand_in_of_the_key_file_that_does_not_exist_yet(
     stand_in = argv[argv.index("--config") + 1]
     assert stand_in != instances[0]["config_file"] and Path(stand_in).read_text() == "api-key: preflight-stand-in\n"
     assert argv[: argv.index("--config")] == instances[0]["argv"][:-2]
-    parse = checker.runtime_parser("simulator", "0.5.23")
+    parse = checker.runtime_parser("sglang_simulator.args:parse_args")
     assert checker.check(parse, argv) == {"rc": 0, "error": ""}
     # Without the stand-in the runtime's parser opens the missing file (as SGLang 0.5.23's ConfigArgumentMerger
     # does in prepare_server_args) and refuses the command line.
@@ -337,7 +337,7 @@ def test_a_second_config_is_what_the_runtime_refuses(monkeypatch: pytest.MonkeyP
     first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
     first.write_text("api-key: x\n")
     second.write_text("log-level: info\n")
-    parse = checker.runtime_parser("simulator", "0.5.23")
+    parse = checker.runtime_parser("sglang_simulator.args:parse_args")
     argv = ["--model-path", "/m", "--config", str(second), "--config", str(first)]
     assert checker.check(parse, argv)["rc"] != 0
 
@@ -416,3 +416,19 @@ def test_with_dp_attention_the_heads_are_split_over_tp_over_dp(
     (problem,) = heads_problems()
     assert "3 attention heads cannot be split over 2 GPUs" in problem
     assert heads_problems(**{"enable-dp-attention": True}) == [], "tp 2 / dp 2: each attention group holds every head"
+
+
+def test_the_checker_runs_the_runtimes_setup_before_its_parser_as_the_runtimes_launcher_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SGLang's `sglang serve` loads its plugins (which may add flags) before prepare_server_args."""
+    (tmp_path / "stand_in_runtime.py").write_text(
+        "calls = []\ndef load_plugins():\n    calls.append('plugins')\ndef parse(argv):\n    calls.append(argv)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    checker = _checker(monkeypatch)
+    parse = checker.runtime_parser("stand_in_runtime:parse", ["stand_in_runtime:load_plugins"])
+    assert checker.check(parse, ["--port", "1"]) == {"rc": 0, "error": ""}
+    import stand_in_runtime  # type: ignore[import-not-found]
+
+    assert stand_in_runtime.calls == ["plugins", ["--port", "1"]]

@@ -36,8 +36,12 @@ def production_command_lines() -> dict[str, list[str]]:
     return lines
 
 
+# What the role's sglang_venv_args_parser gives the checker for SGLang (roles/sglang_venv/vars/main.yml).
+SGLANG_PARSER = "sglang.srt.server_args:prepare_server_args sglang.srt.plugins:load_plugins"
+
+
 def check(host: Any, command_lines: dict[str, list[str]]) -> dict[str, Any]:
-    output = host.check_output(f"echo {shlex.quote(json.dumps(command_lines))} | {VENV}/bin/python {VENV}/check_server_args.py sglang")
+    output = host.check_output(f"echo {shlex.quote(json.dumps(command_lines))} | {VENV}/bin/python {VENV}/check_server_args.py {SGLANG_PARSER}")
     verdicts: dict[str, Any] = json.loads(output.splitlines()[-1])
     return verdicts
 

@@ -1,41 +1,43 @@
 """Parse SGLang server command lines with the installed runtime's own parser, without starting a server.
 
-Usage: python check_server_args.py sglang|simulator [VERSION] < {"instance name": COMMAND LINE, ...}
+Usage: python check_server_args.py PARSER [SETUP ...] < {"instance name": COMMAND LINE, ...}
+PARSER is the runtime's parser as MODULE:FUNCTION, called with the argv (SGLang's is
+sglang.srt.server_args:prepare_server_args); each SETUP (MODULE:FUNCTION) is called first without arguments, as the
+runtime's own launcher does (SGLang's loads its plugins). The runtime reads its settings from the environment the
+servers get (the caller passes it), so it parses as the release the servers run.
 COMMAND LINE is the argv list the unit runs, or {"argv": [...], "stand_in_config": PATH | null}: SGLang reads
 its --config file while parsing, and the unit's (the API key file, "api-key: ...") may not exist yet on a first
 deploy, so a private temporary file of the same shape (an api-key and a placeholder) is parsed in its place;
 the key itself is never read.
 Prints {"instance name": {"rc": 0|2|1, "error": "..."}}: rc 2 is the parser refusing the command line
-(argparse), 1 any other failure. VERSION is the pinned SGLang version: the simulator parses as that release
-(SGLANG_SIM_VERSION); a venv of SGLang itself is that release. Installed into the venv by sglang-fleet;
-preflight runs it once per host.
+(argparse), 1 any other failure. Installed into the venv by sglang-fleet; preflight runs it once per host.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def runtime_parser(runtime: str, version: str = "") -> Callable[[list[str]], Any]:
-    if runtime == "sglang":
-        from sglang.srt.plugins import load_plugins
-        from sglang.srt.server_args import prepare_server_args
+def entry_point(name: str) -> Callable[..., Any]:
+    """MODULE:FUNCTION, imported."""
+    module, _, function = name.partition(":")
+    found: Callable[..., Any] = getattr(importlib.import_module(module), function)
+    return found
 
-        load_plugins()
-        sglang_parser: Callable[[list[str]], Any] = prepare_server_args
-        return sglang_parser
-    if version:
-        os.environ["SGLANG_SIM_VERSION"] = version
-    from sglang_simulator.args import parse_args
 
-    return parse_args
+def runtime_parser(parser: str, setup: Sequence[str] = ()) -> Callable[[list[str]], Any]:
+    """The runtime's parser, after the setup its launcher runs before parsing."""
+    for name in setup:
+        entry_point(name)()
+    return entry_point(parser)
 
 
 def check(parse: Callable[[list[str]], Any], argv: list[str]) -> dict[str, Any]:
@@ -70,7 +72,7 @@ def with_stand_in(command_line: Any, directory: str) -> list[str]:
 
 
 def main() -> int:
-    parse = runtime_parser(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")
+    parse = runtime_parser(sys.argv[1], sys.argv[2:])
     command_lines = json.load(sys.stdin)
     with tempfile.TemporaryDirectory(prefix="sglang-fleet-args-") as directory:
         verdicts = {name: check(parse, with_stand_in(line, directory)) for name, line in command_lines.items()}
