@@ -20,11 +20,12 @@ OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]
-    """Arguments: `instances`; `templates`, each {src, dest_dir, suffix, owner, group, mode, private} (a private file
-    may hold secrets: never logged, never in a diff), rendered once per instance; `files`, each {src, dest, owner,
-    group, mode, template, private}, a file of the role's files/ copied as it is (or of templates/, rendered, with
-    `template`), or {content, dest, ...} with the content given (`private` as for templates);
-    `loop_var` (the name the templates know the instance by, default sglang_server_instance)."""
+    """Arguments: `instances`; `templates`, each {src, file, owner, group, mode, private} (a private file may hold
+    secrets: never logged, never in a diff), rendered once per instance to the path its planned `files` give under
+    `file` (unit, environment, secret; an instance without that file, e.g. a key file without a key, gets none);
+    `files`, each {src, dest, owner, group, mode, template, private}, a file of the role's files/ copied as it is (or
+    of templates/, rendered, with `template`), or {content, dest, ...} with the content given (`private` as for
+    templates); `loop_var` (the name the templates know the instance by, default sglang_server_instance)."""
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var"))
@@ -67,7 +68,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             for template in args.get("templates") or []:
                 source = self._find_needle("templates", template["src"])
                 for instance in args.get("instances") or []:
-                    dest = os.path.join(template["dest_dir"], f"{instance['name']}{template.get('suffix', '')}")
+                    dest = instance["files"][template["file"]]
+                    if not dest:
+                        continue
                     content = self.render(template["src"], source, dest, task_vars, {loop_var: instance})
                     add(dest, content, template, bool(template.get("private")))
                     owner_of[dest] = instance["name"]

@@ -5,20 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils.flags import render_flag
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import is_loopback
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
 
 
 def sglang_router_flags(extra: dict[str, Any]) -> list[str]:
-    """{flag: value} as argv words: true is a bare switch, false leaves it out, a list repeats values."""
-    words: list[str] = []
-    for key, value in sorted(extra.items()):
-        flag = "--" + str(key).removeprefix("--")
-        if value is True:
-            words.append(flag)
-        elif value is not False and value is not None:
-            words += [flag, *(str(item) for item in (value if isinstance(value, list) else [value]))]
-    return words
+    """{flag: value} as argv words, by flag (module_utils/flags.py's rule: true is a bare switch, false and null leave
+    it out, a list repeats values). The router's flags are taken as spelled (without --, _ kept) and each value as
+    its text (str), as this filter always rendered them."""
+    return [word for key, value in sorted(extra.items()) for word in render_flag("--" + str(key).removeprefix("--"), value, str)]
 
 
 def sglang_router_problems(

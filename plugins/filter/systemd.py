@@ -86,14 +86,10 @@ def systemd_utc_seconds(timestamp: str) -> float | None:
 
 
 def sglang_server_stale(
-    instances: list[dict[str, Any]],
-    states: dict[str, dict[str, str]],
-    file_times: list[str],
-    unit_dir: str,
-    env_dir: str,
-    secrets_dir: str = "",
+    instances: list[dict[str, Any]], states: dict[str, dict[str, str]], file_times: list[str]
 ) -> list[dict[str, Any]]:
-    """Running instances whose unit or environment file changed after their main process started.
+    """Running instances one of whose files (unit, environment file, key file: those of its verified set, as planned
+    in its `files`) changed after their main process started.
 
     `states` come from `systemctl show --timestamp=us+utc`, `file_times` from `stat --format=%n=%.6Y`
     (one "path=<seconds>" line per file).
@@ -109,8 +105,7 @@ def sglang_server_stale(
         started = systemd_utc_seconds(state.get("ExecMainStartTimestamp", ""))
         if state.get("ActiveState") != "active" or started is None:
             continue
-        files = (f"{unit_dir}/{instance['unit']}", f"{env_dir}/{instance['name']}.env", f"{secrets_dir}/{instance['name']}.yaml")
-        if max(changed_at.get(path, 0.0) for path in files) > started:
+        if max(changed_at.get(path, 0.0) for path, _ in instance["files"]["last_good"]) > started:
             stale.append(instance)
     return stale
 

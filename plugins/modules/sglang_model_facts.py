@@ -13,6 +13,8 @@ import stat
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils.mtp import has_mtp_tensors, mtp_layers
+
 DOCUMENTATION = r"""
 module: sglang_model_facts
 short_description: Summarises a model directory (config.json, safetensors index and shards)
@@ -67,7 +69,6 @@ model:
 """
 
 INDEX = "model.safetensors.index.json"
-MTP_LAYER_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
 
 
 def _read_json(path: str) -> dict[str, Any] | None:
@@ -77,16 +78,6 @@ def _read_json(path: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def mtp_layers(config: Mapping[str, Any]) -> int:
-    """MTP (next-token prediction) layers declared at the top level or in text_config."""
-    for scope in (config, config.get("text_config") or {}):
-        for key in MTP_LAYER_KEYS:
-            value = scope.get(key)
-            if isinstance(value, int) and value > 0:
-                return value
-    return 0
 
 
 def architectures(config: Mapping[str, Any]) -> list[str]:
@@ -161,7 +152,7 @@ def describe(path: str, checksums: Mapping[str, str]) -> dict[str, Any]:
         shards = sorted(set(weight_map.values()))
         facts["total_size"] = int((index.get("metadata") or {}).get("total_size") or 0)
         facts["tensor_count"] = len(weight_map)
-        facts["has_mtp_tensors"] = any(name.startswith("mtp.") or ".mtp." in name for name in weight_map)
+        facts["has_mtp_tensors"] = has_mtp_tensors(weight_map)
     else:
         shards = sorted(name for name in os.listdir(path) if name.endswith(".safetensors"))
         facts["total_size"] = 0

@@ -29,33 +29,19 @@ description:
     reported as EAGLE), sends one probe generation that must return tokens, and, with speculative decoding
     on, requires C(avg_spec_accept_length) above a minimum.
   - On a failed start, a readiness timeout or a verification mismatch, restores the instance's last verified
-    unit, environment file and key file (copies kept in C(last_good_dir)), restarts it, confirms it is ready
+    unit, environment file and key file (the copies its C(files.last_good) names), restarts it, confirms it is ready
     again, puts it back into the router, stops the rollout (later instances are not touched) and fails with the reason and the
     journal tail of the failed start.
   - With C(stop=true) it only stops the instances (each taken out of the router and drained first); a reshape
     stops the instances it displaces before any instance restarts on their GPUs.
 options:
   instances:
-    description: Instances to restart, each C({name, unit, url, speculative}) as planned.
+    description: >-
+      Instances to restart, each C({name, unit, url, speculative, files}) as planned; C(files.last_good) pairs each of
+      its files with the copy kept once it passed verification, which a rollback restores.
     type: list
     elements: dict
     required: true
-  unit_dir:
-    description: Directory of the units (C(<name>.service)).
-    type: path
-    default: /etc/systemd/system
-  env_dir:
-    description: Directory of the environment files (C(<name>.env)).
-    type: path
-    default: /etc/sglang-fleet
-  last_good_dir:
-    description: Where a copy of each instance's files is kept once it passed verification; a rollback restores it.
-    type: path
-    default: /etc/sglang-fleet/last-good
-  secrets_dir:
-    description: Directory of the instances' key files (C(<name>.yaml)), part of the verified set; empty leaves them out.
-    type: path
-    default: ""
   stop:
     description: Stop the instances (drained from the router first) instead of restarting them.
     type: bool
@@ -206,26 +192,14 @@ def verify(host: Host, instance: dict[str, Any], probe_tokens: int, min_accept: 
     return f"{tokens} tokens, accept length {float(accept):.2f}"
 
 
-def files_of(instance: dict[str, Any], params: dict[str, Any]) -> list[tuple[str, str]]:
-    """(current file, its last verified copy) for the instance's unit, environment file and key file.
+def save_last_good(instance: dict[str, Any]) -> None:
+    """Keeps a copy of the files a verified instance runs with, to roll back to (owner and mode kept).
 
-    The unit comes first: a verified set exists when its copy does. The key file (SGLang's --config with the
-    API key) is part of the set, so a failed key change rolls back to the previous key.
+    The files are the planned [file, last verified copy] pairs (module_utils/instance_files.py): unit, environment
+    file and key file (SGLang's --config with the API key), so a failed key change rolls back to the previous key.
     """
-    env, secret = f"{instance['name']}.env", f"{instance['name']}.yaml"
-    files = [
-        (os.path.join(params["unit_dir"], instance["unit"]), os.path.join(params["last_good_dir"], instance["unit"])),
-        (os.path.join(params["env_dir"], env), os.path.join(params["last_good_dir"], env)),
-    ]
-    if params.get("secrets_dir"):
-        files.append((os.path.join(params["secrets_dir"], secret), os.path.join(params["last_good_dir"], secret)))
-    return files
-
-
-def save_last_good(instance: dict[str, Any], params: dict[str, Any]) -> None:
-    """Keeps a copy of the files a verified instance runs with, to roll back to (owner and mode kept)."""
-    os.makedirs(params["last_good_dir"], mode=0o750, exist_ok=True)
-    for current, last_good in files_of(instance, params):
+    for current, last_good in instance["files"]["last_good"]:
+        os.makedirs(os.path.dirname(last_good), mode=0o750, exist_ok=True)
         if os.path.exists(current):
             shutil.copy2(current, last_good)
             stat = os.stat(current)
@@ -234,12 +208,13 @@ def save_last_good(instance: dict[str, Any], params: dict[str, Any]) -> None:
             os.unlink(last_good)
 
 
-def restore(instance: dict[str, Any], params: dict[str, Any]) -> list[str]:
+def restore(instance: dict[str, Any]) -> list[str]:
     """Puts the instance's last verified files back, removing one the verified set did not have.
 
-    Returns what was restored or removed; nothing when the instance was never verified.
+    Returns what was restored or removed; nothing when the instance was never verified (the unit comes first: a
+    verified set exists when its copy does).
     """
-    files = files_of(instance, params)
+    files = instance["files"]["last_good"]
     if not os.path.exists(files[0][1]):
         return []
     restored = []
@@ -266,7 +241,7 @@ def start_and_check(host: Host, batch: list[dict[str, Any]], params: dict[str, A
 
 
 def roll_back(host: Host, instance: dict[str, Any], params: dict[str, Any]) -> str:
-    restored = restore(instance, params)
+    restored = restore(instance)
     if not restored:
         return "no verified configuration to restore (the instance never passed verification); it is left as it is"
     try:
@@ -298,7 +273,7 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
                 summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
                 if host.router:
                     host.router.add(instance["url"])
-                save_last_good(instance, params)
+                save_last_good(instance)
                 done[instance["name"]] = {
                     "ready_seconds": ready.get(instance["unit"]),
                     "noticed_at": noticed_at,
@@ -311,7 +286,7 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
             untouched = [instance["name"] for instance in instances[start + size :]]
             # Their processes still run the last verified files: put those back on disk too, so a crash does not
             # restart them into an unverified configuration. The next deploy writes and rolls them again.
-            if any([restore(instance, params) for instance in instances[start + size :]]):
+            if any([restore(instance) for instance in instances[start + size :]]):
                 host.systemctl("daemon-reload")
             return {
                 "restarted": done,
@@ -451,10 +426,6 @@ def main() -> None:
             "instances": {"type": "list", "elements": "dict", "required": True},
             "stop": {"type": "bool", "default": False},
             "batch": {"type": "int", "default": 1},
-            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
-            "env_dir": {"type": "path", "default": "/etc/sglang-fleet"},
-            "last_good_dir": {"type": "path", "default": "/etc/sglang-fleet/last-good"},
-            "secrets_dir": {"type": "path", "default": ""},
             "router_url": {"type": "str", "default": ""},
             "router_admin_key": {"type": "str", "default": "", "no_log": True},
             "router_keys_file": {"type": "path", "default": ""},

@@ -60,3 +60,13 @@ def test_shape_at_the_top_level_kv_heads_default_and_rope_scaling(tmp_path: Path
     config["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0}
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert module.describe(str(tmp_path), {})["context_length"] == 32768
+
+
+def test_mtp_is_detected_by_its_config_keys_and_tensor_names() -> None:
+    from ansible_collections.sglang.fleet.plugins.module_utils.mtp import has_mtp_tensors, mtp_layers
+
+    assert mtp_layers({"text_config": {"mtp_num_hidden_layers": 2}}) == 2
+    assert mtp_layers({"num_nextn_predict_layers": 0, "text_config": {}}) == 0
+    assert has_mtp_tensors(["model.layers.0.weight", "mtp.fc.weight"])
+    assert has_mtp_tensors(["model.language_model.mtp.layers.0.weight"])
+    assert not has_mtp_tensors(["model.layers.0.mtp_gate"])

@@ -99,3 +99,33 @@ def test_gpus_are_named_by_uuid_and_allowed_by_their_own_device_node(plan: Plan)
     instances = plan("b200", facts={"gpus": gpus}, sglang_gpu_ids=[2, 5])["instances"]
     assert [i["environment"]["CUDA_VISIBLE_DEVICES"] for i in instances] == ["GPU-b200-2", "GPU-b200-5"]
     assert [i["gpu_devices"] for i in instances] == [["/dev/nvidia4"], ["/dev/nvidia1"]]
+
+
+def test_each_instance_carries_its_files_and_a_key_file_only_with_a_key(plan: Plan) -> None:
+    instance = plan("b200")["instances"][2]
+    assert instance["files"] == {
+        "unit": "/etc/systemd/system/sglang-30002.service",
+        "environment": "/etc/sglang-fleet/sglang-30002.env",
+        "secret": None,
+        "last_good": [
+            ["/etc/systemd/system/sglang-30002.service", "/etc/sglang-fleet/last-good/sglang-30002.service"],
+            ["/etc/sglang-fleet/sglang-30002.env", "/etc/sglang-fleet/last-good/sglang-30002.env"],
+            # Without a key now, a key file of the last verified set is still restored (or a stray one removed).
+            ["/etc/sglang-fleet/secrets/sglang-30002.yaml", "/etc/sglang-fleet/last-good/sglang-30002.yaml"],
+        ],
+    }
+    keyed = plan("b200", sglang_api_key="k", sglang_server_config_dir="/srv/fleet")["instances"][2]["files"]
+    assert keyed["secret"] == "/srv/fleet/secrets/sglang-30002.yaml" and keyed["environment"] == "/srv/fleet/sglang-30002.env"
+
+
+def test_a_unit_no_longer_planned_has_the_same_files() -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import FilterModule
+
+    files = FilterModule().filters()["sglang_instance_file_set"](
+        "sglang-39999.service", "/etc/systemd/system", "/etc/sglang-fleet"
+    )
+    assert (files["unit"], files["environment"], files["secret"]) == (
+        "/etc/systemd/system/sglang-39999.service",
+        "/etc/sglang-fleet/sglang-39999.env",
+        None,
+    )

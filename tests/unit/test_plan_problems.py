@@ -245,7 +245,7 @@ def test_every_host_problem_is_kept_not_only_the_first(plan: Plan) -> None:
 
 
 def test_command_lines_the_runtime_parser_refused_are_problems(plan: Plan) -> None:
-    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_parse_problems
+    from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import parse_problems
 
     instances = plan("b200")["instances"][:3]
     verdicts = {
@@ -258,14 +258,14 @@ def test_command_lines_the_runtime_parser_refused_are_problems(plan: Plan) -> No
         "sglang-30002": {"rc": 1, "error": "AssertionError: speculative_num_steps must be set with speculative_eagle_topk"},
     }
     checked = {"rc": 0, "stdout": json.dumps(verdicts)}
-    problems = sglang_parse_problems(instances, checked, "b200")
+    problems = parse_problems(instances, checked, "b200")
     assert len(problems) == 2
     assert problems[0].startswith("b200 instance sglang-30001: command line")
     assert "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode" in problems[0]
     assert problems[1].startswith("b200 instance sglang-30002: command line")
     assert "AssertionError: speculative_num_steps must be set" in problems[1]
-    assert sglang_parse_problems(instances, {"rc": 1, "stdout": ""}, "b200") == [], "a checker that could not run is no verdict"
-    assert sglang_parse_problems(instances, {"skipped": True}, "b200") == []
+    assert parse_problems(instances, {"rc": 1, "stdout": ""}, "b200") == [], "a checker that could not run is no verdict"
+    assert parse_problems(instances, {"skipped": True}, "b200") == []
 
 
 def test_a_secret_is_never_shown_in_the_problem(plan: Plan) -> None:
@@ -285,12 +285,12 @@ def test_a_managed_setting_under_any_spelling_renders_no_second_flag(plan: Plan,
 
 
 def test_the_checked_argv_is_the_units_argv_with_the_key_file(plan: Plan) -> None:
-    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_checked_command_lines
+    from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines
 
     instances = plan("b200", sglang_api_key="sk-x")["instances"]
     assert all(i["argv"][-2:] == ["--config", f"/etc/sglang-fleet/secrets/{i['name']}.yaml"] for i in instances)
     assert sum(word == "--config" for word in instances[0]["argv"]) == 1
-    checked = sglang_checked_command_lines(instances)
+    checked = checked_command_lines(instances)
     assert checked["sglang-30000"] == {"argv": instances[0]["argv"], "stand_in_config": instances[0]["config_file"]}
     assert plan("b200")["instances"][0]["config_file"] is None and "--config" not in plan("b200")["instances"][0]["argv"]
 
@@ -313,11 +313,11 @@ def _checker(monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_the_checker_parses_a_stand_in_of_the_key_file_that_does_not_exist_yet(
     plan: Plan, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_checked_command_lines
+    from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines
 
     checker = _checker(monkeypatch)
     instances = plan("b200", sglang_api_key="sk-x")["instances"][:2]
-    lines = sglang_checked_command_lines(instances)
+    lines = checked_command_lines(instances)
     assert not Path(instances[0]["config_file"]).exists(), "a first deploy: the key file is not there yet"
     argv = checker.with_stand_in(lines["sglang-30000"], str(tmp_path))
     stand_in = argv[argv.index("--config") + 1]

@@ -163,5 +163,6 @@ def test_the_simulator_stands_in_for_the_pinned_version(runtime: str, expected: 
     assert rendered == expected
     server_vars = (ROOT / "roles/sglang_server/vars/main.yml").read_text()
     assert "combine(sglang_venv_server_environment)" in server_vars
-    checker = role_vars["sglang_venv_args_checker"]
-    assert checker[-2:] == ["{{ sglang_venv_runtime }}", "{{ sglang_version }}"], "the checker parses as the pinned version"
+    preflight = (ROOT / "roles/sglang_venv/tasks/preflight.yml").read_text()
+    assert 'environment: "{{ sglang_venv_server_environment }}"' in preflight, "the checker parses as the servers' release"
+    assert role_vars["sglang_venv_args_parser"][runtime], "each runtime names its own parser"

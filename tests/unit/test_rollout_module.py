@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import RouterError
 from ansible_collections.sglang.fleet.plugins.modules import sglang_rollout as module
 
@@ -23,22 +24,25 @@ PARAMS = {
 
 
 @pytest.fixture
-def params(tmp_path: Path) -> dict[str, Any]:
-    """The module's parameters, its directories in tmp_path."""
-    return {**PARAMS, "unit_dir": str(tmp_path), "env_dir": str(tmp_path), "last_good_dir": str(tmp_path / "last-good")}
+def params() -> dict[str, Any]:
+    """The module's parameters."""
+    return dict(PARAMS)
 
 
 EAGLE = {"reported_algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
 
 
-def instance(port: int, tmp_path: Path | None = None) -> dict[str, Any]:
-    """An instance; with tmp_path, its new unit and environment files there, and last verified copies."""
-    if tmp_path:
+def instance(port: int, tmp_path: Path, written: bool = False, keys: bool = False) -> dict[str, Any]:
+    """An instance whose files the plan puts in tmp_path (its key file in tmp_path/secrets, with `keys`); `written`:
+    its new unit and environment files are there, and last verified copies."""
+    if written:
         (tmp_path / "last-good").mkdir(exist_ok=True)
         for suffix in (".service", ".env"):
             (tmp_path / f"sglang-{port}{suffix}").write_text("new")
             (tmp_path / "last-good" / f"sglang-{port}{suffix}").write_text("previous")
-    return {"name": f"sglang-{port}", "unit": f"sglang-{port}.service", "url": f"http://127.0.0.1:{port}", "speculative": EAGLE}
+    unit = f"sglang-{port}.service"
+    files = instance_files(unit, str(tmp_path), str(tmp_path), str(tmp_path / "secrets") if keys else "")
+    return {"name": f"sglang-{port}", "unit": unit, "url": f"http://127.0.0.1:{port}", "speculative": EAGLE, "files": files}
 
 
 class FakeRouter:
@@ -95,9 +99,9 @@ def fake_host(log: list[str], servers: FakeServers, router: bool = True) -> modu
     )
 
 
-def test_one_at_a_time_out_of_and_back_into_the_router(params: dict[str, Any]) -> None:
+def test_one_at_a_time_out_of_and_back_into_the_router(tmp_path: Path, params: dict[str, Any]) -> None:
     log: list[str] = []
-    result = module.rollout(fake_host(log, FakeServers(log)), [instance(30000), instance(30001)], params)
+    result = module.rollout(fake_host(log, FakeServers(log)), [instance(30000, tmp_path), instance(30001, tmp_path)], params)
     assert list(result["restarted"]) == ["sglang-30000", "sglang-30001"]
     assert log == [
         "router-remove 30000", "restart sglang-30000.service", "ready sglang-30000", "router-add 30000",
@@ -106,19 +110,21 @@ def test_one_at_a_time_out_of_and_back_into_the_router(params: dict[str, Any]) -
     assert result["restarted"]["sglang-30001"]["verified"] == "256 tokens, accept length 2.50"
 
 
-def test_a_reshape_stop_drains_each_instance_out_of_the_router_first(params: dict[str, Any]) -> None:
+def test_a_reshape_stop_drains_each_instance_out_of_the_router_first(tmp_path: Path, params: dict[str, Any]) -> None:
     log: list[str] = []
-    stopped = module.stop(fake_host(log, FakeServers(log)), [instance(30001), instance(30002)], params)
+    stopped = module.stop(fake_host(log, FakeServers(log)), [instance(30001, tmp_path), instance(30002, tmp_path)], params)
     assert stopped == ["sglang-30001", "sglang-30002"]
     assert log == [
         "router-remove 30001", "stop sglang-30001.service", "router-remove 30002", "stop sglang-30002.service",
     ]  # fmt: skip
 
 
-def test_batches_restart_together(params: dict[str, Any]) -> None:
+def test_batches_restart_together(tmp_path: Path, params: dict[str, Any]) -> None:
     log: list[str] = []
     module.rollout(
-        fake_host(log, FakeServers(log), router=False), [instance(p) for p in (30000, 30001, 30002)], {**params, "batch": 2}
+        fake_host(log, FakeServers(log), router=False),
+        [instance(p, tmp_path) for p in (30000, 30001, 30002)],
+        {**params, "batch": 2},
     )
     assert log == [
         "restart sglang-30000.service", "restart sglang-30001.service", "ready sglang-30000,sglang-30001",
@@ -128,7 +134,7 @@ def test_batches_restart_together(params: dict[str, Any]) -> None:
 
 def test_speculative_mismatch_rolls_back_and_stops(tmp_path: Path, params: dict[str, Any]) -> None:
     log: list[str] = []
-    instances = [instance(30000, tmp_path), instance(30001, tmp_path), instance(30002, tmp_path)]
+    instances = [instance(port, tmp_path, written=True) for port in (30000, 30001, 30002)]
     result = module.rollout(fake_host(log, FakeServers(log, broken={30001})), instances, params)
     assert result["failed"] == "sglang-30001"
     assert "speculative_algorithm=None, expected 'EAGLE'" in result["reason"]
@@ -143,17 +149,17 @@ def test_speculative_mismatch_rolls_back_and_stops(tmp_path: Path, params: dict[
     assert (tmp_path / "last-good" / "sglang-30002.service").read_text() == "previous"
 
 
-def test_speculative_that_never_engages_fails(params: dict[str, Any]) -> None:
+def test_speculative_that_never_engages_fails(tmp_path: Path, params: dict[str, Any]) -> None:
     log: list[str] = []
-    result = module.rollout(fake_host(log, FakeServers(log, accept=None)), [instance(30000)], params)
+    result = module.rollout(fake_host(log, FakeServers(log, accept=None)), [instance(30000, tmp_path)], params)
     assert "did not engage" in result["reason"]
     assert "no verified configuration to restore" in result["rollback"]["sglang-30000"]
 
 
 @pytest.mark.parametrize("accept", [1.0, 0.5])
-def test_accept_length_must_exceed_the_minimum(accept: float, params: dict[str, Any]) -> None:
+def test_accept_length_must_exceed_the_minimum(accept: float, tmp_path: Path, params: dict[str, Any]) -> None:
     log: list[str] = []
-    result = module.rollout(fake_host(log, FakeServers(log, accept=accept)), [instance(30000)], params)
+    result = module.rollout(fake_host(log, FakeServers(log, accept=accept)), [instance(30000, tmp_path)], params)
     assert "is not above 1.0" in result["reason"]
 
 
@@ -164,7 +170,7 @@ def test_failed_start_is_reported_with_its_reason(tmp_path: Path, params: dict[s
         [{"failed": "sglang-30000.service", "reason": "unit is failed"}, {"ready": {"sglang-30000.service": 1.0}}]
     )
     host.wait_ready = lambda *_: next(calls)
-    result = module.rollout(host, [instance(30000, tmp_path)], params)
+    result = module.rollout(host, [instance(30000, tmp_path, written=True)], params)
     assert result["reason"] == "sglang-30000.service: unit is failed"
     assert "serving again" in result["rollback"]["sglang-30000"]
 
@@ -173,8 +179,7 @@ def test_a_failed_key_change_rolls_back_to_the_previous_key(tmp_path: Path, para
     """The key file is part of the verified set: restored with the unit and the environment file."""
     secrets = tmp_path / "secrets"
     secrets.mkdir()
-    params = {**params, "secrets_dir": str(secrets)}
-    servers = [instance(30000, tmp_path), instance(30001, tmp_path)]
+    servers = [instance(30000, tmp_path, written=True, keys=True), instance(30001, tmp_path, written=True, keys=True)]
     (secrets / "sglang-30000.yaml").write_text("api-key: new")
     (tmp_path / "last-good" / "sglang-30000.yaml").write_text("api-key: previous")
     (secrets / "sglang-30001.yaml").write_text("api-key: added")  # the last verified set had no key
@@ -192,9 +197,9 @@ def test_a_verified_instance_keeps_its_key_file_in_the_set(tmp_path: Path, param
     (secrets / "sglang-30000.yaml").write_text("api-key: new")
     (tmp_path / "last-good").mkdir()
     (tmp_path / "last-good" / "sglang-30001.yaml").write_text("api-key: stale")
-    params = {**params, "secrets_dir": str(secrets)}
     log: list[str] = []
-    module.rollout(fake_host(log, FakeServers(log), router=False), [instance(30000), instance(30001)], params)
+    servers = [instance(30000, tmp_path, keys=True), instance(30001, tmp_path, keys=True)]
+    module.rollout(fake_host(log, FakeServers(log), router=False), servers, params)
     assert (tmp_path / "last-good" / "sglang-30000.yaml").read_text() == "api-key: new"
     assert not (tmp_path / "last-good" / "sglang-30001.yaml").exists(), "no key now: none in the verified set"
 
@@ -284,7 +289,7 @@ def test_the_module_manages_the_router_with_its_admin_key_and_stops_when_refused
     keys_file = tmp_path / "router.json"
     keys_file.write_text('{"api_key": "old-client-key", "admin_key": "held-admin-key"}')
     params = {
-        "instances": [instance(30000)],
+        "instances": [instance(30000, tmp_path)],
         "router_url": "http://127.0.0.1:30100",
         "router_admin_key": "admin-key",
         "router_keys_file": str(keys_file),

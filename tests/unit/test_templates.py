@@ -132,6 +132,19 @@ def test_unit_uses_newer_systemd_where_the_host_has_it(
     assert api_key not in text or not api_key
 
 
+def test_the_writer_puts_each_instance_file_where_the_plan_says(plan: Plan) -> None:
+    templates = yaml.safe_load((SERVER / "vars/main.yml").read_text())["sglang_server_instance_templates"]
+    instance = plan("b200", sglang_api_key="k")["instances"][0]
+    assert {template["file"]: template["src"] for template in templates} == {
+        "unit": "sglang.service.j2",
+        "environment": "sglang.env.j2",
+        "secret": "sglang.secret.yaml.j2",
+    }
+    assert all(instance["files"][template["file"]] for template in templates)
+    unit = unit_lines(render("sglang.service.j2", sglang_server_instance=instance, sglang_api_key="k"))
+    assert unit["EnvironmentFile"] == instance["files"]["environment"]
+
+
 def test_without_an_api_key_no_config_file_is_named(plan: Plan) -> None:
     instance = plan("ct129")["instances"][0]
     argv = shlex.split(unit_lines(render("sglang.service.j2", sglang_server_instance=instance))["ExecStart"])

@@ -1,0 +1,349 @@
+"""What SGLang or the host would refuse of a host's derived instances: values SGLang holds to, the model directory
+and its access, memory on the GPUs and in the host's RAM, the GPUs and the ports."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils.flags import flag_name
+from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
+from ansible_collections.sglang.fleet.plugins.module_utils.reshape import fleet_gpus
+from ansible_collections.sglang.fleet.plugins.module_utils.server_settings import truthy
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import Support, since
+
+GIB = 1024**3
+MIB = 1024**2
+
+# Bounds SGLang (or any careful operator) holds values to, by argparse dest (so aliases count):
+# dest: (minimum, exclusive maximum or None, whether the minimum itself is excluded, what the value must be).
+VALUE_BOUNDS: dict[str, tuple[float, float | None, bool, str]] = {
+    "mem_fraction_static": (0, 1, True, "must be between 0 and 1 (exclusive)"),
+    "max_running_requests": (1, None, False, "must be at least 1"),
+    "context_length": (1, None, False, "must be at least 1"),
+    "max_total_tokens": (1, None, False, "must be at least 1"),
+    "max_prefill_tokens": (1, None, False, "must be at least 1"),
+    "hicache_ratio": (0, None, True, "must be above 0"),
+    "hicache_size": (0, None, False, "must not be negative"),
+}
+ALLOW_LONGER_CONTEXT = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+
+
+def _by_dest(support: Support, instance: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """An instance's server args as {argparse dest: (variable, value)}."""
+    found: dict[str, tuple[str, Any]] = {}
+    for key, value in instance.get("settings", {}).items():
+        known = support.flags.get(flag_name(str(key)))
+        if known and known.dest:
+            found[known.dest] = (f"sglang_server_args.{key}", value)
+    return found
+
+
+def value_problems(problems: HostProblems, support: Support, instances: list[dict[str, Any]], model: Mapping[str, Any]) -> None:
+    """What SGLang refuses at start (or a careful operator never wants), beyond what its parser refuses."""
+    for instance in instances:
+        where = f"instance {instance['name']}"
+        values = _by_dest(support, instance)
+        for dest, (minimum, maximum, exclusive, text) in VALUE_BOUNDS.items():
+            if dest not in values:
+                continue
+            variable, value = values[dest]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue  # a wrong type is reported by the flag check
+            low = value <= minimum if exclusive else value < minimum
+            if low or (maximum is not None and value >= maximum):
+                problems.add(
+                    where, variable, value, text, "e.g. 0.85" if dest == "mem_fraction_static" else "give a sensible value"
+                )
+        tensor = int(instance["tensor_parallel_size"])
+        attn_tp, over = tensor, f"{tensor} GPUs"
+        if values.get("enable_dp_attention", ("", False))[1] is True:
+            # DP attention splits the attention heads over tp / dp GPUs only.
+            data = max(1, int(instance["ranks"]) // (tensor * int(instance["pipeline_parallel_size"])))
+            attn_tp, over = max(1, tensor // data), f"{max(1, tensor // data)} GPUs (tp / dp with DP attention)"
+        heads = model.get("num_attention_heads")
+        kv_heads = model.get("num_key_value_heads")
+        if isinstance(heads, int) and heads > 0 and heads % attn_tp:
+            problems.add(
+                where,
+                "sglang_tensor_parallel_size",
+                tensor,
+                f"the model's {heads} attention heads cannot be split over {over} (SGLang asserts "
+                "num_attention_heads % tp_size == 0 at start)",
+                f"use a tensor parallel size that divides {heads}",
+            )
+        elif isinstance(kv_heads, int) and kv_heads > 0 and (kv_heads % attn_tp if kv_heads >= attn_tp else attn_tp % kv_heads):
+            problems.add(
+                where,
+                "sglang_tensor_parallel_size",
+                tensor,
+                f"the model's {kv_heads} KV heads can be neither split over nor replicated across {over} "
+                "(SGLang asserts one divides the other)",
+                f"use a tensor parallel size that divides {kv_heads} or is a multiple of it",
+            )
+        if "context_length" in values:
+            variable, value = values["context_length"]
+            limit = model.get("context_length")
+            allowed = truthy(instance.get("environment", {}).get(ALLOW_LONGER_CONTEXT, ""))
+            if (
+                isinstance(limit, int)
+                and isinstance(value, int)
+                and not isinstance(value, bool)
+                and value > limit
+                and not allowed
+            ):
+                problems.add(
+                    where,
+                    variable,
+                    value,
+                    f"above the model's context length {limit} (config.json); SGLang refuses to start unless "
+                    f"{ALLOW_LONGER_CONTEXT}=1, and outputs beyond it may be wrong",
+                    f'context-length <= {limit}, or set sglang_environment.{ALLOW_LONGER_CONTEXT}: "1" deliberately',
+                )
+
+
+def model_problems(
+    problems: HostProblems,
+    settings: Mapping[str, Any],
+    model: Mapping[str, Any],
+    instances: list[dict[str, Any]],
+    support: Support,
+) -> int:
+    """Checks the model directory; returns the weight bytes (0 when unknown)."""
+    path = settings["model_path"]
+    if not model.get("exists"):
+        problems.add("host", "sglang_model_path", path, "no such directory on the host", "copy the model there or fix the path")
+        return 0
+    if not model.get("config"):
+        problems.add(
+            "host", "sglang_model_path", path, "no readable config.json in the model directory", "copy the complete model"
+        )
+        return 0
+    architectures = model.get("architectures") or []
+    unknown = [arch for arch in architectures if arch not in support.architectures]
+    if not architectures or unknown:
+        having = support.versions_with(lambda other: bool(unknown) and set(unknown) <= other.architectures)
+        problems.add(
+            "host",
+            "sglang_model_path",
+            path,
+            f"architecture {unknown or architectures} is not supported by SGLang {support.version}"
+            + (f" ({since(having)} supports it)" if having else ""),
+            f"pin sglang_version {having[0]} or serve another model"
+            if having
+            else "pin an SGLang version that supports it (see the support table) or serve another model",
+        )
+    for shard in model.get("missing_shards", []):
+        problems.add(
+            "host", "sglang_model_path", path, f"shard {shard} listed in the index is missing", "copy the complete model"
+        )
+    for shard in model.get("empty_shards", []):
+        problems.add("host", "sglang_model_path", path, f"shard {shard} is empty", "copy the complete model")
+    total = int(model.get("total_size") or 0)
+    on_disk = int(model.get("shard_bytes") or 0)
+    if total and on_disk and on_disk < total:
+        problems.add(
+            "host",
+            "sglang_model_path",
+            path,
+            f"shards hold {on_disk / GIB:.1f} GiB but the index declares {total / GIB:.1f} GiB of tensors",
+            "copy the complete model (a download was cut short)",
+        )
+    for name, problem in sorted((model.get("checksum_problems") or {}).items()):
+        problems.add("host", "sglang_model_sha256", name, problem, "copy the file again")
+    for instance in instances:
+        algorithm = instance["speculative"]["algorithm"]
+        draft_path = instance["speculative"].get("draft_model_path")
+        if algorithm in ("NEXTN", "EAGLE") and not draft_path and not (model.get("has_mtp_tensors") and model.get("mtp_layers")):
+            problems.add(
+                f"instance {instance['name']}",
+                "sglang_speculative.algorithm",
+                algorithm,
+                f"{algorithm} without a draft model needs MTP weights in the checkpoint "
+                f"(mtp.* tensors: {bool(model.get('has_mtp_tensors'))}, "
+                f"MTP layers in config.json: {model.get('mtp_layers') or 0})",
+                "serve a checkpoint with MTP layers or set sglang_speculative.draft_model_path",
+            )
+        if algorithm == "EAGLE3" and not draft_path:
+            problems.add(
+                f"instance {instance['name']}",
+                "sglang_speculative.draft_model_path",
+                None,
+                "EAGLE3 needs a draft model",
+                "set draft_model_path",
+            )
+    return total or on_disk
+
+
+# Problem lines for unreadable model files: the first ones, then a count.
+UNREADABLE_SHOWN = 5
+
+
+def model_access_problems(problems: HostProblems, settings: Mapping[str, Any], model: Mapping[str, Any]) -> None:
+    """The model as the servers' account sees it: not hidden by the unit's sandbox, every file it opens readable."""
+    path = settings["model_path"]
+    if model.get("hidden_by"):
+        problems.add(
+            "host",
+            "sglang_model_path",
+            path,
+            f"the servers cannot see it: their unit's {model['hidden_by']} (root can read it, the service cannot)",
+            "move the model out of /home, /root, /run/user and /tmp, e.g. to /srv/models, and set sglang_model_path",
+        )
+        return
+    unreadable = [str(line) for line in model.get("unreadable") or []]
+    who = model.get("read_as") or "the service account"
+    for line in unreadable[:UNREADABLE_SHOWN]:
+        problems.add(
+            "host",
+            "sglang_model_path",
+            path,
+            f"{line}: the servers' account {who} cannot read it",
+            "make it readable, e.g. chmod -R o+rX (or chgrp -R the servers' group and chmod -R g+rX) the model directory",
+        )
+    if len(unreadable) > UNREADABLE_SHOWN:
+        problems.add(
+            "host",
+            "sglang_model_path",
+            path,
+            f"{len(unreadable) - UNREADABLE_SHOWN} more files or directories the servers' account {who} cannot read",
+            "make the whole model directory readable to it",
+        )
+
+
+def _memory_fraction(instance: dict[str, Any], gpu_mib: int, auto_reserve_mib: int) -> tuple[float, str]:
+    value = instance["settings"].get("mem-fraction-static")
+    if value is not None:
+        return float(value), "mem-fraction-static"
+    return round((gpu_mib - auto_reserve_mib) / gpu_mib, 3), "SGLang's automatic mem-fraction-static (estimated)"
+
+
+def memory_problems(
+    problems: HostProblems,
+    settings: Mapping[str, Any],
+    facts: Mapping[str, Any],
+    instances: list[dict[str, Any]],
+    weight_bytes: int,
+) -> None:
+    gpus = {gpu["index"]: gpu for gpu in facts.get("gpus") or []}
+    margin = float(settings["memory_margin_gib"]) * GIB
+    host_cache_bytes = 0.0
+    for instance in instances:
+        where = f"instance {instance['name']}"
+        memories = [gpus[gpu]["memory_total_mib"] for gpu in instance["gpu_ids"] if gpu in gpus]
+        if not memories:
+            continue
+        gpu_mib = min(memories)
+        fraction, source = _memory_fraction(instance, gpu_mib, int(settings["auto_reserve_mib"]))
+        if not 0 < fraction < 1:
+            if source != "mem-fraction-static":  # a value given is reported by value_problems
+                problems.add(
+                    where, "sglang_server_args.mem-fraction-static", fraction, "must be between 0 and 1", "use e.g. 0.85"
+                )
+            continue
+        # Tensor parallel splits every layer, pipeline parallel splits the layers: each GPU holds a share.
+        weight_share = weight_bytes / instance["tensor_parallel_size"] / instance["pipeline_parallel_size"]
+        available = gpu_mib * MIB * fraction
+        needed = weight_share + margin
+        if weight_bytes and needed > available:
+            fits_fraction = math.ceil(needed / (gpu_mib * MIB) * 100) / 100
+            tp_needed = math.ceil(weight_bytes / (available - margin)) if available > margin else None
+            fixes = [f"mem-fraction-static >= {fits_fraction:.2f}" if fits_fraction < 0.98 else None]
+            if tp_needed:
+                fixes.append(f"tensor parallel >= {tp_needed}")
+            problems.add(
+                where,
+                "sglang_server_args.mem-fraction-static",
+                fraction,
+                f"weights {weight_bytes / GIB:.1f} GiB / tp {instance['tensor_parallel_size']} = {weight_share / GIB:.1f} GiB "
+                f"+ {margin / GIB:.0f} GiB margin need {needed / GIB:.1f} GiB per GPU, but {gpu_mib / 1024:.1f} GiB x {fraction} "
+                f"({source}) = {available / GIB:.1f} GiB: short by {(needed - available) / GIB:.1f} GiB",
+                " or ".join(fix for fix in fixes if fix) or "use GPUs with more memory",
+            )
+        if instance["settings"].get("enable-hierarchical-cache"):
+            size_gb = instance["settings"].get("hicache-size") or 0
+            if size_gb:
+                per_rank = float(size_gb) * 1e9
+            else:
+                ratio = float(instance["settings"].get("hicache-ratio") or 2.0)
+                per_rank = ratio * max(0.0, available - weight_share)
+            host_cache_bytes += per_rank * instance["ranks"]
+    ram_mb = int(settings["host_memory_mb"] or facts.get("memtotal_mb") or 0)
+    reserve = float(settings["host_ram_reserve_gib"]) * GIB
+    usable = ram_mb * MIB - reserve
+    if host_cache_bytes and host_cache_bytes > usable:
+        host_size = settings["server_args"].get("hicache-size")
+        # Name the instances whose own size differs from the host's, when overrides are what tip the sum.
+        overridden = {
+            instance["name"]: instance["settings"].get("hicache-size")
+            for instance in instances
+            if instance["settings"].get("enable-hierarchical-cache") and instance["settings"].get("hicache-size") != host_size
+        }
+        problems.add(
+            "host",
+            "sglang_instance_overrides[].server_args.hicache-size" if overridden else "sglang_server_args.hicache-size",
+            overridden or host_size,
+            f"host cache {host_cache_bytes / 1e9:.0f} GB over all ranks exceeds host RAM {ram_mb / 1024:.0f} GiB "
+            f"minus {settings['host_ram_reserve_gib']} GiB reserve = {usable / GIB:.0f} GiB",
+            f"hicache-size <= {max(0, int(usable / 1e9 / max(1, sum(i['ranks'] for i in instances))))} GB per rank",
+        )
+
+
+def gpu_and_port_problems(
+    problems: HostProblems, settings: Mapping[str, Any], facts: Mapping[str, Any], instances: list[dict[str, Any]]
+) -> None:
+    known = {gpu["index"] for gpu in facts.get("gpus") or []}
+    # The fleet's own instances, planned or not: the deploy stops those it no longer plans, and those a reshape
+    # displaces (module reshape), before anything starts on their GPUs and ports.
+    own_units = {instance["name"] + ".service" for instance in instances} | set(fleet_gpus(facts))
+    for instance in instances:
+        where = f"instance {instance['name']}"
+        for gpu in instance["gpu_ids"]:
+            if gpu not in known:
+                problems.add(
+                    where,
+                    "sglang_gpu_ids",
+                    gpu,
+                    f"GPU {gpu} does not exist (nvidia-smi lists {sorted(known)})",
+                    "list existing GPU indexes",
+                )
+        for process in facts.get("gpu_processes") or []:
+            if process.get("gpu_index") in instance["gpu_ids"] and process.get("unit") not in own_units:
+                problems.add(
+                    where,
+                    "sglang_gpu_ids",
+                    instance["gpu_ids"],
+                    f"GPU {process['gpu_index']} holds {process.get('used_mib', '?')} MiB of PID {process['pid']} "
+                    f"({process.get('name', '?')}, unit {process.get('unit') or 'none'})",
+                    "stop that process (an orphaned scheduler?) or use other GPUs",
+                )
+    seen: dict[int, str] = {}
+    listeners = {entry["port"]: entry for entry in facts.get("listening") or []}
+    for instance in instances:
+        for variable, port in (("sglang_port_base", instance["port"]), ("sglang_nccl_port_base", instance["nccl_port"])):
+            where = f"instance {instance['name']}"
+            if port > 65535:
+                problems.add(where, variable, port, "port beyond 65535", "use a lower base")
+            if port in seen:
+                problems.add(
+                    where, variable, port, f"port {port} is also {seen[port]}", "choose bases whose ranges do not overlap"
+                )
+            seen[port] = f"{instance['name']}'s {variable}"
+            taken = listeners.get(port)
+            if taken and taken.get("unit") not in own_units:
+                problems.add(
+                    where,
+                    variable,
+                    port,
+                    f"port {port} is taken by PID {taken['pid']} ({taken.get('name', '?')})"
+                    if taken.get("pid")
+                    else f"port {port} is taken by a process that cannot be named here",
+                    "stop that program or choose another base",
+                )
+    ids = list(settings["gpu_ids"] or [])
+    duplicates = sorted({gpu for gpu in ids if ids.count(gpu) > 1})
+    if duplicates:
+        problems.add(
+            "host", "sglang_gpu_ids", ids, f"GPU(s) {duplicates} listed twice would serve two instances", "list each GPU once"
+        )

@@ -1,0 +1,203 @@
+"""A host's instances derived from its settings and facts: GPUs, ports, command line, environment and files."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils.flags import render_flag
+from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
+from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, is_loopback
+from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
+from ansible_collections.sglang.fleet.plugins.module_utils.server_settings import (
+    check_environment,
+    checked_args,
+    speculative_flags,
+    truthy,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import Support
+
+
+def _positive_int(problems: HostProblems, variable: str, value: Any, minimum: int = 1) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        problems.add("host", variable, value, f"must be an integer >= {minimum}", f"set {variable} to a whole number")
+        return None
+    return value
+
+
+def _override_problems(problems: HostProblems, overrides: Mapping[Any, Any], count: int) -> None:
+    """An override must name an instance of this host (0 .. count - 1)."""
+    for key in overrides or {}:
+        index = key if isinstance(key, int) and not isinstance(key, bool) else None
+        if isinstance(key, str) and key.isdigit():
+            index = int(key)
+        if index is None or not 0 <= index < count:
+            problems.add(
+                "host",
+                f"sglang_instance_overrides.{key}",
+                overrides[key],
+                f"names no instance: this host has {count} instance(s), numbered 0 to {count - 1}",
+                "use the instance's number (its port minus sglang_port_base) or remove the override",
+            )
+
+
+def _instance_override(overrides: Mapping[Any, Any], index: int) -> Mapping[str, Any]:
+    for key in (index, str(index)):
+        if key in overrides:
+            return overrides[key] or {}
+    return {}
+
+
+def _merge(base: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    merged = dict(base)
+    merged.update(extra or {})
+    return merged
+
+
+def derive_instances(
+    problems: HostProblems,
+    settings: Mapping[str, Any],
+    gpu_ids: list[int],
+    gpu_facts: Sequence[Mapping[str, Any]],
+    support: Support,
+) -> list[dict[str, Any]]:
+    tensor = _positive_int(problems, "sglang_tensor_parallel_size", settings["tensor_parallel_size"])
+    data = _positive_int(problems, "sglang_data_parallel_size", settings["data_parallel_size"])
+    pipeline = _positive_int(problems, "sglang_pipeline_parallel_size", settings["pipeline_parallel_size"])
+    port_base = _positive_int(problems, "sglang_port_base", settings["port_base"], 1024)
+    nccl_base = _positive_int(problems, "sglang_nccl_port_base", settings["nccl_port_base"], 1024)
+    if None in (tensor, data, pipeline, port_base, nccl_base):
+        return []
+    assert tensor and data and pipeline and port_base and nccl_base
+    ranks = tensor * data * pipeline
+    per_instance = settings["gpus_per_instance"] or ranks
+    if per_instance != ranks:
+        problems.add(
+            "host",
+            "sglang_gpus_per_instance",
+            per_instance,
+            f"tensor x data x pipeline parallel = {tensor} x {data} x {pipeline} = {ranks} GPUs per instance",
+            f"set sglang_gpus_per_instance: {ranks} or change the parallel sizes",
+        )
+        return []
+    fitting = len(gpu_ids) // per_instance
+    count = settings["instance_count"] or fitting
+    if count < 1 or count > fitting:
+        problems.add(
+            "host",
+            "sglang_instance_count" if settings["instance_count"] else "sglang_gpus_per_instance",
+            settings["instance_count"] or per_instance,
+            f"{len(gpu_ids)} GPU(s) {gpu_ids} hold {fitting} instance(s) of {per_instance} GPU(s)",
+            "use fewer or smaller instances, or list more GPUs in sglang_gpu_ids",
+        )
+        return []
+    base_args = checked_args(problems, support, "host", "sglang_server_args", settings["server_args"])
+    check_environment(problems, support, "host", "sglang_environment", settings["environment"])
+    model_path = str(settings["model_path"])
+    served_name = settings["served_model_name"] or model_path.rstrip("/").rsplit("/", 1)[-1]
+    listen_host = str(settings["listen_host"])
+    has_key = truthy(settings.get("has_api_key"))
+    if not is_loopback(listen_host) and not has_key:
+        problems.add(
+            "host",
+            "sglang_listen_host",
+            listen_host,
+            "servers reachable beyond this host need an API key",
+            "set sglang_api_key (from ansible-vault) or keep 127.0.0.1 and put the router in front",
+        )
+    _override_problems(problems, settings["instance_overrides"], count)
+    uuids = {gpu["index"]: str(gpu["uuid"]) for gpu in gpu_facts if gpu.get("uuid")}
+    instances = []
+    for index in range(count):
+        override = _instance_override(settings["instance_overrides"], index)
+        port = port_base + index
+        name = f"sglang-{port}"
+        where = f"instance {name}"
+        unknown = sorted(set(override) - {"server_args", "speculative", "environment"})
+        if unknown:
+            problems.add(
+                where,
+                f"sglang_instance_overrides.{index}",
+                unknown,
+                "unknown keys",
+                "use server_args, speculative or environment",
+            )
+        speculative = _merge(settings["speculative"], override.get("speculative"))
+        spec_flags = speculative_flags(problems, support, where, "sglang_speculative", speculative)
+        own_args = checked_args(
+            problems, support, where, f"sglang_instance_overrides.{index}.server_args", override.get("server_args") or {}
+        )
+        check_environment(
+            problems, support, where, f"sglang_instance_overrides.{index}.environment", override.get("environment") or {}
+        )
+        gpus = gpu_ids[index * per_instance : (index + 1) * per_instance]
+        argv = [
+            "--model-path", model_path,
+            "--served-model-name", served_name,
+            "--host", listen_host,
+            "--port", str(port),
+            "--nccl-port", str(nccl_base + index),
+            "--tp-size", str(tensor),
+        ]  # fmt: skip
+        if data > 1:
+            argv += ["--dp-size", str(data)]
+        if pipeline > 1:
+            argv += ["--pp-size", str(pipeline)]
+        if settings["enable_metrics"]:
+            argv.append("--enable-metrics")
+        for flag, value in {**(spec_flags or {}), **(base_args or {}), **(own_args or {})}.items():
+            argv += render_flag(flag, value)
+        files = instance_files(
+            f"{name}.service",
+            str(settings["unit_dir"]),
+            str(settings["config_dir"]),
+            str(settings.get("secrets_dir") or ""),
+            has_key,
+        )
+        # The API key reaches SGLang through a root-only YAML file the unit names last: this argv is exactly what
+        # the unit runs and what preflight's parser check parses.
+        if files["secret"]:
+            argv += ["--config", files["secret"]]
+        environment = {str(k): str(v) for k, v in _merge(settings["environment"], override.get("environment")).items()}
+        # GPUs by UUID: inside the unit's device cgroup CUDA numbers only the GPUs it may open, from 0, so a
+        # host-wide index would name no GPU (or the wrong one); a UUID names the same GPU everywhere.
+        environment["CUDA_VISIBLE_DEVICES"] = ",".join(uuids.get(gpu, str(gpu)) for gpu in gpus)
+        environment["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        algorithm = speculative.get("algorithm")
+        instances.append(
+            {
+                "name": name,
+                "unit": f"{name}.service",
+                "index": index,
+                "port": port,
+                "nccl_port": nccl_base + index,
+                "gpu_ids": gpus,
+                "gpu_uuids": [uuids[gpu] for gpu in gpus if gpu in uuids],
+                "url": f"http://{connect_host(listen_host)}:{port}",
+                "model_path": model_path,
+                "served_model_name": served_name,
+                "tensor_parallel_size": tensor,
+                "pipeline_parallel_size": pipeline,
+                "ranks": ranks,
+                "argv": argv,
+                "config_file": files["secret"],
+                "files": files,
+                "environment": environment,
+                "settings": _merge(settings["server_args"], override.get("server_args")),
+                "speculative": {
+                    **{key: value for key, value in speculative.items() if key != "algorithm"},
+                    "algorithm": algorithm,
+                    # SGLang reports NEXTN, its alias, as EAGLE in /server_info.
+                    "reported_algorithm": "EAGLE" if algorithm == "NEXTN" else algorithm,
+                },
+            }
+        )
+    return instances
+
+
+def gpu_device(gpu: Mapping[str, Any]) -> str | None:
+    """The device node of a GPU (/dev/nvidia<minor>), as the host facts found it."""
+    if gpu.get("device"):
+        return str(gpu["device"])
+    minor = gpu.get("minor_number")
+    return f"/dev/nvidia{minor}" if isinstance(minor, int) else None

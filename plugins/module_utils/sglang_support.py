@@ -1,0 +1,203 @@
+"""What each supported SGLang version knows (its support table: flags, renamed and removed flags, environment
+variables, architectures, speculative algorithms), and the checks of a flag against the pinned version's table, naming
+the other versions that differ."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
+
+
+@dataclass
+class Flag:
+    """One option of SGLang's argument parser, as recorded in the support table."""
+
+    option: str
+    takes_value: bool
+    choices: list[Any] | None
+    many: bool
+    type: str | None
+    dest: str = ""
+    deprecated: bool = False
+
+
+@dataclass
+class Support:
+    """What the pinned SGLang version knows: flags, renamed flags, architectures, algorithms."""
+
+    version: str
+    flags: dict[str, Flag]
+    renamed_flags: dict[str, str]
+    removed_flags: frozenset[str]
+    removed_environment: dict[str, str]
+    architectures: frozenset[str]
+    speculative_algorithms: frozenset[str]
+    environment_names: frozenset[str] = frozenset()
+    # The support of the other versions sglang-fleet has tables for, newest first.
+    others: tuple[Support, ...] = ()
+
+    def knows_environment(self, name: str) -> bool:
+        """True when this version's source mentions `name` (names ending in "_" are prefixes it reads)."""
+        return name in self.environment_names or any(
+            known.endswith("_") and name.startswith(known) for known in self.environment_names
+        )
+
+    def versions_with(self, has: Callable[[Support], bool]) -> list[str]:
+        """The other versions for which `has` is true, newest first."""
+        return [other.version for other in self.others if has(other)]
+
+    def versions_reading(self, name: str) -> list[str]:
+        """The other versions that read the environment variable `name`, newest first."""
+        return [other.version for other in self.others if other.knows_environment(name)]
+
+    @classmethod
+    def load(cls, table: Mapping[str, Any]) -> Support:
+        flags: dict[str, Flag] = {}
+        for action in table["flags"]:
+            nargs = action.get("nargs")
+            takes_value = action.get("action", "store") in ("store", "append", "deprecated_alias_store") and nargs != 0
+            for option in action["option_strings"]:
+                if option.startswith("--"):
+                    flags[option] = Flag(
+                        option=option,
+                        takes_value=takes_value,
+                        choices=action.get("choices"),
+                        many=nargs in ("+", "*") or action.get("action") == "append",
+                        type=action.get("type"),
+                        dest=str(action.get("dest", "")),
+                        deprecated=str(action.get("action", "")).startswith("deprecated"),
+                    )
+        replacements = table.get("removed_environment_replacements", {})
+        removed = {name: replacements.get(name, "") for name in table.get("removed_environment", [])}
+        return cls(
+            version=str(table["sglang_version"]),
+            flags=flags,
+            renamed_flags=dict(table.get("renamed_flags", {})),
+            removed_flags=frozenset(table.get("removed_flags", [])),
+            removed_environment=dict(removed),
+            architectures=frozenset(table["architectures"]),
+            speculative_algorithms=frozenset(table["speculative_algorithms"]),
+            environment_names=frozenset(table.get("environment_names", [])),
+        )
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else -1 for part in version.split("."))
+
+
+def pinned_support(
+    problems: HostProblems, version: str, tables: Sequence[Mapping[str, Any]] | Mapping[str, Any]
+) -> Support | None:
+    """The pinned version's support, knowing the other versions; None (with one problem) when there is no table."""
+    listed = [tables] if isinstance(tables, Mapping) else list(tables)
+    supports = sorted((Support.load(table) for table in listed), key=lambda s: version_key(s.version), reverse=True)
+    by_version = {support.version: support for support in supports}
+    if not version and len(supports) == 1:
+        version = supports[0].version
+    pinned = by_version.get(version)
+    if pinned is None:
+        known = ", ".join(sorted(by_version, key=version_key)) or "none"
+        problems.add(
+            "host",
+            "sglang_version",
+            version,
+            f"sglang-fleet has no support table for SGLang {version} (supported: {known})",
+            "pin one of the supported versions",
+        )
+        return None
+    pinned.others = tuple(support for support in supports if support is not pinned)
+    return pinned
+
+
+def since(versions: Sequence[str]) -> str:
+    return ", ".join(f"SGLang {version}" for version in versions)
+
+
+def check_flag(problems: HostProblems, support: Support, where: str, variable: str, flag: str, value: Any) -> bool:
+    """True when `flag` is a flag the pinned SGLang knows and `value` fits it; otherwise records why not."""
+    if flag in support.renamed_flags:
+        still = support.versions_with(lambda other: has_flag(other, flag))
+        problems.add(
+            where,
+            variable,
+            value,
+            f"{flag} does not exist in SGLang {support.version}" + (f" ({since(still)} has it)" if still else ""),
+            f"use {support.renamed_flags[flag]}" + (f" or pin sglang_version {still[0]}" if still else ""),
+        )
+        return False
+    if flag in support.removed_flags:
+        still = support.versions_with(lambda other: has_flag(other, flag))
+        problems.add(
+            where,
+            variable,
+            value,
+            f"{flag} was removed in SGLang {support.version}" + (f" ({since(still)} has it)" if still else ""),
+            "remove the setting" + (f" or pin sglang_version {still[0]}" if still else ""),
+        )
+        return False
+    known = support.flags.get(flag)
+    if known is None:
+        # Known to another supported version: say which, and what this version calls it, if anything.
+        having = support.versions_with(lambda other: has_flag(other, flag))
+        if having:
+            fix = "remove it"
+            names = names_in(support, flag)
+            if names:
+                fix = f"use {names[0]} (its name in SGLang {support.version})"
+            problems.add(
+                where,
+                variable,
+                value,
+                f"SGLang {support.version} has no flag {flag} ({since(having)} has it)",
+                f"{fix} or pin sglang_version {having[0]}",
+            )
+            return False
+        close = difflib.get_close_matches(flag, list(support.flags), n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]}?" if close else "see `python -m sglang.launch_server --help`"
+        problems.add(where, variable, value, f"SGLang {support.version} has no flag {flag}", hint)
+        return False
+    if not known.takes_value and not isinstance(value, bool):
+        problems.add(where, variable, value, f"{flag} is a switch", "set it to true or false")
+        return False
+    if known.takes_value and isinstance(value, bool):
+        problems.add(where, variable, value, f"{flag} takes a value, not true/false", "give its value")
+        return False
+    if known.takes_value and isinstance(value, list) and not known.many:
+        problems.add(where, variable, value, f"{flag} takes one value", "give a single value")
+        return False
+    expected = {"int": (int,), "float": (int, float)}.get(known.type or "")
+    items = value if isinstance(value, list) else [value]
+    if expected and any(isinstance(item, bool) or not isinstance(item, expected) for item in items):
+        problems.add(where, variable, value, f"{flag} takes a number ({known.type})", "give a number without quotes")
+        return False
+    if known.choices and value is not None and value not in known.choices:
+        choices = ", ".join(str(choice) for choice in known.choices)
+        problems.add(where, variable, value, f"{flag} accepts {choices}", "pick one of them")
+        return False
+    return True
+
+
+def has_flag(support: Support, flag: str) -> bool:
+    """True when `flag` is a regular flag of `support`'s version (not only a deprecated alias)."""
+    known = support.flags.get(flag)
+    return known is not None and not known.deprecated
+
+
+def names_in(support: Support, flag: str) -> list[str]:
+    """What `support`'s version calls a setting another version spells `flag` (same field, or renamed)."""
+    names: set[str] = set()
+    for other in support.others:
+        known = other.flags.get(flag)
+        if known is None:
+            continue
+        names.update(
+            option
+            for option, mine in support.flags.items()
+            if known.dest and mine.dest == known.dest and not mine.deprecated and mine.takes_value == known.takes_value
+        )
+        names.update(old for old, new in other.renamed_flags.items() if new.split("=", 1)[0] == flag and old in support.flags)
+    return sorted(names)
