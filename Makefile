@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install hardware-bundle test
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install hardware-bundle test checks-then-molecule-default
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -45,6 +45,9 @@ unit: venv ## pytest: instance derivation, templates, modules, simulator
 molecule: venv docker ## Molecule scenarios on local systemd containers
 	molecule test --all
 
+molecule-%: venv docker ## One molecule scenario: molecule-default, molecule-install
+	molecule test --scenario-name $*
+
 integration: venv docker ## pytest + ansible-runner against the sandbox hosts (started if absent)
 	pytest tests/integration
 
@@ -58,4 +61,12 @@ bench-install: venv docker ## Benchmark real installs: bytes fetched and time, c
 hardware-bundle: ## Build .hardware/ (SGLang 0.5.17 wheels, stripped, norm for sm_90a) for tests/hardware/run.sh on a GPU
 	python3 tests/hardware/prepare.py
 
-test: lint unit molecule integration ## Everything CI runs
+# The real install (a download of several GB, then pip) runs beside the checks and the default scenario: they neither
+# need nor disturb it, and each scenario has its own containers. The integration suite runs alone (its rollouts wait
+# on the clock).
+test: venv docker ## Everything CI runs: lint, unit, molecule (install beside the others), integration
+	$(MAKE) --jobs=2 --output-sync=target checks-then-molecule-default molecule-install
+	$(MAKE) integration
+
+checks-then-molecule-default: venv docker
+	$(MAKE) --jobs=1 lint unit molecule-default
