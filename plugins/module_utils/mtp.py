@@ -1,4 +1,7 @@
-"""MTP (multi-token prediction) in a checkpoint: the draft layer NEXTN and EAGLE use when no draft model is given."""
+"""MTP (multi-token prediction) in a checkpoint: the draft layer NEXTN and EAGLE use without a draft model.
+
+Standard library only: the SGLang simulator (simulator/) links this file in, so both decide alike.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +22,12 @@ def mtp_layers(config: Mapping[str, Any]) -> int:
     return 0
 
 
-def has_mtp_tensors(tensor_names: Iterable[str]) -> bool:
-    """True when the checkpoint's index lists MTP tensors (`mtp.*`, or `<prefix>.mtp.*`)."""
-    return any(name.startswith("mtp.") or ".mtp." in name for name in tensor_names)
+def has_mtp_tensors(tensor_names: Iterable[str], num_hidden_layers: Any = None) -> bool:
+    """True when the checkpoint lists draft-layer tensors where SGLang's loaders take them from:
+    `mtp.*` or `<prefix>.mtp.*` (Qwen3.5's MTP, sglang/srt/models/qwen3_5_mtp.py), or the layer after
+    the last one, `model.layers.<num_hidden_layers>.*` (DeepSeek's NextN, deepseek_nextn.py)."""
+    extra_layer = f"model.layers.{num_hidden_layers}." if isinstance(num_hidden_layers, int) else None
+    return any(
+        name.startswith("mtp.") or ".mtp." in name or bool(extra_layer and name.startswith(extra_layer))
+        for name in tensor_names
+    )

@@ -152,7 +152,7 @@ def describe(path: str, checksums: Mapping[str, str]) -> dict[str, Any]:
         shards = sorted(set(weight_map.values()))
         facts["total_size"] = int((index.get("metadata") or {}).get("total_size") or 0)
         facts["tensor_count"] = len(weight_map)
-        facts["has_mtp_tensors"] = has_mtp_tensors(weight_map)
+        facts["has_mtp_tensors"] = has_mtp_tensors(weight_map, text_config(config or {}).get("num_hidden_layers"))
     else:
         shards = sorted(name for name in os.listdir(path) if name.endswith(".safetensors"))
         facts["total_size"] = 0

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import StartupError
+from .mtp import has_mtp_tensors
 
 _MIB = 1 << 20
 
@@ -57,17 +58,10 @@ class ModelInfo:
         return 2
 
     def has_mtp_weights(self) -> bool | None:
-        """True/False from the tensor names; None when they are unknown."""
+        """True/False from the tensor names (sglang-fleet's preflight rule); None when they are unknown."""
         if self.tensor_names is None:
             return None
-        layers = self.text_config.get("num_hidden_layers")
-        extra_layer = f"model.layers.{layers}." if isinstance(layers, int) else None
-        for name in self.tensor_names:
-            if name.startswith("mtp.") or ".mtp." in name or name.startswith("model.mtp"):
-                return True
-            if extra_layer and name.startswith(extra_layer):  # DeepSeek-style NextN layer
-                return True
-        return False
+        return has_mtp_tensors(self.tensor_names, self.text_config.get("num_hidden_layers"))
 
     def kv_bytes_per_token(self, tp_size: int) -> int:
         """Rough bf16 KV-cache bytes per token and TP rank."""
