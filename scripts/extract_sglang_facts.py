@@ -182,16 +182,16 @@ _TYPE_NAMES: dict[str, str] = {
 }
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Return ``value`` as plain JSON data, or raise if it has none."""
     if isinstance(value, (set, frozenset)):
-        return sorted(_jsonable(v) for v in value)
+        return sorted(jsonable(v) for v in value)
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in sorted(value.items())}
+        return {str(k): jsonable(v) for k, v in sorted(value.items())}
     if hasattr(value, "value") and not isinstance(value, (str, int, float, bool)):
-        return _jsonable(value.value)  # enum members
+        return jsonable(value.value)  # enum members
     json.dumps(value, allow_nan=False)
     return value
 
@@ -220,7 +220,7 @@ def _describe(action: argparse.Action, provided_by: str) -> dict[str, Any]:
         raw = list(action.choices)
         # Sets have no stable order; lists keep theirs (argparse prints them).
         choices = sorted(raw) if isinstance(action.choices, (set, frozenset)) else raw
-        choices = _jsonable(choices)
+        choices = jsonable(choices)
     entry: dict[str, Any] = {
         "option_strings": list(action.option_strings),
         "dest": action.dest,
@@ -228,8 +228,8 @@ def _describe(action: argparse.Action, provided_by: str) -> dict[str, Any]:
         "nargs": nargs,
         "type": _type_name(action),
         "choices": choices,
-        "default": _jsonable(action.default),
-        "const": _jsonable(action.const),
+        "default": jsonable(action.default),
+        "const": jsonable(action.const),
         "required": bool(action.required),
         "provided_by": provided_by,
     }
@@ -238,7 +238,7 @@ def _describe(action: argparse.Action, provided_by: str) -> dict[str, Any]:
         entry["deprecated_use_instead"] = new_flag
     const_value = getattr(action, "const_value", None)
     if const_value is not None:
-        entry["const"] = _jsonable(const_value)
+        entry["const"] = jsonable(const_value)
     return entry
 
 
@@ -449,7 +449,7 @@ def _record_only_fields(flags: list[dict[str, Any]]) -> dict[str, Any]:
         elif _no_default(default):
             default = None
         try:
-            out[field.name] = _jsonable(default)
+            out[field.name] = jsonable(default)
         except (TypeError, ValueError):
             out[field.name] = None
     return dict(sorted(out.items()))

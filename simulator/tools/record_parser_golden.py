@@ -25,6 +25,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+# The product's extraction tool says how SGLang's parsed values become JSON (sets, enums, tuples).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from extract_sglang_facts import jsonable
+
 CT129 = [
     "--model-path", "/models/ct129", "--tp-size", "2",
     "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "1",
@@ -99,19 +103,6 @@ CASES: list[tuple[str, list[str]]] = [
 ]
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (set, frozenset)):
-        return sorted(_jsonable(v) for v in value)
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in sorted(value.items())}
-    if hasattr(value, "value") and not isinstance(value, (str, int, float, bool)):
-        return _jsonable(value.value)
-    json.dumps(value, allow_nan=False)
-    return value
-
-
 def main() -> int:
     warnings.simplefilter("ignore")
     from sglang.srt.plugins import load_plugins
@@ -130,7 +121,7 @@ def main() -> int:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             try:
                 ns = parser.parse_args(argv)
-                parsed = {k: _jsonable(v) for k, v in sorted(vars(ns).items())}
+                parsed = {k: jsonable(v) for k, v in sorted(vars(ns).items())}
             except SystemExit as exc:
                 code = int(exc.code or 0)
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
