@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install hardware-bundle test checks-then-molecule-default
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install hardware-bundle test checks-then-molecule-default ee
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ bench: sandbox ## Benchmarks that print figures (no-op deploy cost, rollout late
 
 bench-install: venv docker ## Benchmark real installs: bytes fetched and time, cold and warm (~50 GB of disk)
 	python tests/bench/bench_install.py
+
+ee: venv docker ## Execution environment image for AWX / ansible-navigator (execution-environment.yml); prints its name
+	scripts/ee-image.sh
 
 hardware-bundle: ## Build .hardware/ (SGLang 0.5.17 wheels, stripped, norm for sm_90a) for tests/hardware/run.sh on a GPU
 	python3 tests/hardware/prepare.py

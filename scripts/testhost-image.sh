@@ -9,7 +9,11 @@ readonly PACKAGES=systemd,systemd-sysv,dbus,python3,python3-venv,python3-apt,sud
 readonly SUITE=bookworm
 readonly REPOSITORY=sglang-fleet-testhost
 
-recipe_hash=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
+readonly LIB="$(dirname "${BASH_SOURCE[0]}")/lib/debootstrap.sh"
+# shellcheck source=lib/debootstrap.sh
+source "$LIB"
+
+recipe_hash=$(cat "${BASH_SOURCE[0]}" "$LIB" | sha256sum | cut -c1-12)
 image="${REPOSITORY}:${recipe_hash}"
 
 if docker image inspect "$image" >/dev/null 2>&1; then
@@ -17,26 +21,10 @@ if docker image inspect "$image" >/dev/null 2>&1; then
   exit 0
 fi
 
-# The Debian mirror this machine already uses (deb822 or one-line sources), so no host is named here.
-debian_mirror() {
-  local uri
-  uri=$(awk '/^URIs:/ {u=$2} /^Suites:/ && / '"$SUITE"'( |$)/ && u {print u; exit}' \
-    /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-  [[ -n "$uri" ]] || uri=$(awk '$1 == "deb" && $3 == "'"$SUITE"'" {print $2; exit}' \
-    /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)
-  [[ -n "$uri" ]] || { echo "no Debian $SUITE mirror found in /etc/apt/sources.list*" >&2; exit 1; }
-  echo "$uri"
-}
-
-if ! command -v debootstrap >/dev/null; then
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >&2
-fi
-
 rootfs=$(mktemp -d /var/tmp/testhost-rootfs.XXXXXX)
 trap 'rm -rf "$rootfs"' EXIT
 echo "building $image (debootstrap $SUITE, about a minute)" >&2
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" "$(debian_mirror)" >&2
+debootstrap_rootfs "$SUITE" "$PACKAGES" "$rootfs"
 
 # A container has no consoles or hardware to wait for; these units only slow boot or fail.
 for unit in getty.target console-getty.service systemd-udevd.service systemd-udev-trigger.service \
