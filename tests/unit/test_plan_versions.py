@@ -161,8 +161,15 @@ def test_the_simulator_stands_in_for_the_pinned_version(runtime: str, expected: 
     }
     rendered: Any = environment.from_string(role_vars["sglang_venv_server_environment"]).render(**variables)
     assert rendered == expected
+    # The servers get it through the role's published fact (sglang_runtime.environment), the checker directly.
     server_vars = (ROOT / "roles/sglang_server/vars/main.yml").read_text()
-    assert "combine(sglang_venv_server_environment)" in server_vars
+    assert "combine(sglang_runtime.environment)" in server_vars
     preflight = (ROOT / "roles/sglang_venv/tasks/preflight.yml").read_text()
+    [published] = [
+        task["ansible.builtin.set_fact"]["sglang_runtime"]
+        for task in yaml.safe_load(preflight)
+        if "sglang_runtime" in (task.get("ansible.builtin.set_fact") or {})
+    ]
+    assert published["environment"] == "{{ sglang_venv_server_environment }}"
     assert 'environment: "{{ sglang_venv_server_environment }}"' in preflight, "the checker parses as the servers' release"
     assert role_vars["sglang_venv_args_parser"][runtime], "each runtime names its own parser"

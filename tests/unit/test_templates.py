@@ -30,11 +30,16 @@ def render(name: str, **variables: Any) -> str:
     environment.filters.update(CoreFilters().filters())
     environment.filters.update(collection_filters(SystemdFilters))
     defaults = yaml.safe_load((SERVER / "defaults/main.yml").read_text())
+    # The sglang_venv role's published fact, for the runtime it names (the server reads nothing else of that role).
+    runtime = variables.pop("sglang_venv_runtime", "sglang")
+    venv_vars = yaml.safe_load((ROOT / "roles/sglang_venv/vars/main.yml").read_text())
     context = {
         **defaults,
         "ansible_managed": "Managed by Ansible",
-        "sglang_venv_runtime": "sglang",
-        "sglang_venv_bin": "/opt/sglang/sglang-0.5.23/bin",
+        "sglang_runtime": {
+            "python": "/opt/sglang/sglang-0.5.23/bin/python",
+            "module": venv_vars["sglang_venv_server_module"][runtime],
+        },
         "sglang_server_helper_dir": "/usr/local/lib/sglang-fleet",
         "sglang_server_secrets_dir": "/etc/sglang-fleet/secrets",
         "sglang_api_key": "",
@@ -42,17 +47,12 @@ def render(name: str, **variables: Any) -> str:
         "sglang_server_base_environment": {"CUDA_HOME": "/usr/local/cuda", "HOME": "/var/lib/sglang"},
         **variables,
     }
-    venv_vars = yaml.safe_load((ROOT / "roles/sglang_venv/vars/main.yml").read_text())
-    context.setdefault(
-        "sglang_venv_launcher",
-        {
-            runtime: [environment.from_string(word).render(**context) for word in words]
-            for runtime, words in venv_vars["sglang_venv_launcher"].items()
-        },
-    )
     role_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     for variable in ("sglang_server_devices_unit", "sglang_server_root_path"):
         context[variable] = role_vars[variable]
+    context["sglang_server_launcher"] = [
+        environment.from_string(word).render(**context) for word in role_vars["sglang_server_launcher"]
+    ]
     native = NativeEnvironment()
     native.filters.update(collection_filters(SystemdFilters))
     context.setdefault("sglang_server_read_write_paths", [])
@@ -234,7 +234,15 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     assert copies["check_gpus_free.py"] == "{{ sglang_server_helper_dir }}/check_gpus_free.py"
     assert (SERVER / "files/sglang_launcher.py").is_file()
     assert copies["sglang_router_launcher.py"] == "{{ sglang_router_launcher }}"
-    assert router_vars["sglang_router_launcher"] == "{{ sglang_server_helper_dir }}/sglang_router_launcher.py"
+    # The router finds the helpers' folder in the server role's published fact (sglang_service), the same folder.
+    assert router_vars["sglang_router_launcher"] == "{{ sglang_service.helper_dir }}/sglang_router_launcher.py"
+    server_preflight = yaml.safe_load((SERVER / "tasks/preflight.yml").read_text())
+    [service] = [
+        task["ansible.builtin.set_fact"]["sglang_service"]
+        for task in server_preflight
+        if "sglang_service" in task.get("ansible.builtin.set_fact", {})
+    ]
+    assert service["helper_dir"] == "{{ sglang_server_helper_dir }}"
     assert (ROUTER / "files/sglang_router_launcher.py").is_file()
 
 
@@ -246,12 +254,16 @@ def render_router(**variables: Any) -> str:
     environment.filters.update(collection_filters(SystemdFilters))
     context: dict[str, Any] = {
         "ansible_managed": "Managed by Ansible",
-        "sglang_server_user": "sglang",
-        "sglang_server_group": "sglang",
-        "sglang_server_home": "/var/lib/sglang",
-        "sglang_server_config_dir": "/etc/sglang-fleet",
-        "sglang_server_helper_dir": "/usr/local/lib/sglang-fleet",
-        "sglang_venv_bin": "/opt/sglang/sglang-0.5.23/bin",
+        # The server role's and the sglang_venv role's published facts: all the router reads of them.
+        "sglang_service": {
+            "user": "sglang",
+            "group": "sglang",
+            "home": "/var/lib/sglang",
+            "config_dir": "/etc/sglang-fleet",
+            "helper_dir": "/usr/local/lib/sglang-fleet",
+            "secrets_dir": "/etc/sglang-fleet/secrets",
+        },
+        "sglang_runtime": {"python": "/opt/sglang/sglang-0.5.23/bin/python", "module": "sglang.launch_server"},
         "sglang_router_port": 30100,
         "sglang_instances": [{"unit": "sglang-30000.service", "url": "http://127.0.0.1:30000"}],
         "sglang_router_argv": ["--host", "127.0.0.1", "--port", "30100", "--worker-urls", "http://127.0.0.1:30000"],

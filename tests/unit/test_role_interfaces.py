@@ -1,0 +1,138 @@
+"""A role reads another role's data only from a fact that role publishes in its preflight, and declares that fact in
+its own argument spec: no role reads another's internal variables."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fleet import ROOT
+
+# The deploy's roles after the plan. The plan runs first and publishes its own facts (sglang_instances, sglang_host, ...).
+ROLES = ["cuda", "sglang_venv", "sglang_server", "sglang_router"]
+# What each role publishes in its preflight entry point, and the keys its consumers may read.
+PUBLISHED = {
+    "cuda": {"cuda_environment": {"CUDA_HOME", "PATH", "LD_LIBRARY_PATH"}},
+    "sglang_venv": {"sglang_runtime": {"python", "module", "cuda_check", "environment", "installed"}},
+    "sglang_server": {"sglang_service": {"user", "group", "home", "config_dir", "helper_dir", "secrets_dir"}},
+    "sglang_router": {"sglang_router": {"url", "keys_file", "admin_key"}},
+}
+NAME = re.compile(r"(?<![\w.])((?:sglang|cuda)_\w+)")
+JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
+
+
+def strings(data: Any) -> Iterator[str]:
+    """Every key and string value of a loaded YAML document (comments are not in it)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield str(key)
+            yield from strings(value)
+    elif isinstance(data, list):
+        for item in data:
+            yield from strings(item)
+    elif isinstance(data, str):
+        yield data
+
+
+def yaml_files(role: str) -> list[Path]:
+    base = ROOT / "roles" / role
+    return sorted(path for folder in ("defaults", "vars", "tasks", "handlers") for path in (base / folder).glob("*.yml"))
+
+
+def tasks(role: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    for path in sorted((ROOT / "roles" / role / "tasks").glob("*.yml")):
+        for task in yaml.safe_load(path.read_text()) or []:
+            yield path.stem, task
+
+
+def defined(role: str) -> set[str]:
+    """The variables a role makes: its defaults and vars, its facts, its registered results and its tasks' vars."""
+    names: set[str] = set()
+    for folder in ("defaults", "vars"):
+        path = ROOT / "roles" / role / folder / "main.yml"
+        names.update((yaml.safe_load(path.read_text()) or {}) if path.exists() else {})
+    for _, task in tasks(role):
+        names.update(task.get("ansible.builtin.set_fact") or {})
+        names.update(task.get("vars") or {})
+        names.update([task["register"]] if "register" in task else [])
+    return {name for name in names if NAME.fullmatch(name)}
+
+
+def texts(role: str) -> list[str]:
+    """What a role's YAML says (not its comments) and its templates' expressions."""
+    found = [text for path in yaml_files(role) for text in strings(yaml.safe_load(path.read_text()))]
+    templates = (ROOT / "roles" / role / "templates").glob("*.j2")
+    return found + [expression for path in templates for expression in JINJA.findall(path.read_text())]
+
+
+def used(role: str) -> set[str]:
+    """The sglang_*/cuda_* names a role mentions."""
+    return {name for text in texts(role) for name in NAME.findall(text)}
+
+
+def spec(role: str) -> dict[str, Any]:
+    specs: dict[str, Any] = yaml.safe_load((ROOT / "roles" / role / "meta/argument_specs.yml").read_text())["argument_specs"]
+    return specs
+
+
+def publisher(fact: str) -> str:
+    return next(role for role, facts in PUBLISHED.items() if fact in facts)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_role_reads_of_the_others_only_the_facts_its_argument_spec_declares(role: str) -> None:
+    others = {name for other in ROLES if other != role for name in defined(other)} - defined(role)
+    declared = {name for entry in spec(role).values() for name in entry.get("options") or {}}
+    read = used(role) & others
+    assert read <= declared, f"{role} reads another role's variables: {sorted(read - declared)}"
+    facts = {fact for published in PUBLISHED.values() for fact in published}
+    assert read <= facts, f"{role} declares another role's variables that are not published facts: {sorted(read - facts)}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_each_role_publishes_its_fact_in_its_preflight(role: str) -> None:
+    for fact, keys in PUBLISHED[role].items():
+        [value] = [
+            task["ansible.builtin.set_fact"][fact]
+            for file, task in tasks(role)
+            if fact in (task.get("ansible.builtin.set_fact") or {})
+        ]
+        [file] = [file for file, task in tasks(role) if fact in (task.get("ansible.builtin.set_fact") or {})]
+        assert file == "preflight" and set(value) == keys
+        assert fact in str(spec(role)["preflight"].get("description")), "the spec's preflight entry point documents it"
+        assert re.search(rf"`{fact}`", (ROOT / "README.md").read_text())
+
+
+def test_the_router_fact_is_set_without_logging_its_admin_key() -> None:
+    [task] = [task for _, task in tasks("sglang_router") if "sglang_router" in (task.get("ansible.builtin.set_fact") or {})]
+    assert task.get("no_log") is True
+
+
+def deploy_order() -> list[tuple[str, str]]:
+    [play] = yaml.safe_load((ROOT / "deploy.yml").read_text())
+    steps = [task["ansible.builtin.import_role"] for task in play["tasks"] if "ansible.builtin.import_role" in task]
+    return [(step["name"], step.get("tasks_from", "main")) for step in steps]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_fact_an_entry_point_requires_is_published_before_it_runs(role: str) -> None:
+    """A required dict option that is another role's fact; that role's preflight comes earlier in deploy.yml."""
+    order = deploy_order()
+    for entry, options in spec(role).items():
+        for name, option in (options.get("options") or {}).items():
+            if name not in {fact for published in PUBLISHED.values() for fact in published}:
+                continue
+            assert option["type"] == "dict" and option["required"] is True, (role, entry, name)
+            assert order.index((publisher(name), "preflight")) < order.index((role, entry)), (role, entry, name)
+
+
+@pytest.mark.parametrize(
+    ("consumer", "fact"), [(consumer, fact) for consumer in ROLES for published in PUBLISHED.values() for fact in published]
+)
+def test_a_consumer_reads_only_keys_its_fact_has(consumer: str, fact: str) -> None:
+    keys = {key for text in texts(consumer) for key in re.findall(rf"(?<![\w.]){fact}\.(\w+)", text)}
+    assert keys <= PUBLISHED[publisher(fact)][fact], (consumer, fact, keys)
