@@ -34,26 +34,26 @@ def support_table() -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def support_tables() -> list[dict[str, Any]]:
-    """`sglang_plan_support_tables`: every roles/sglang_plan/files/sglang-<version>.json."""
+    """`_sglang_plan_support_tables`: every roles/sglang_plan/files/sglang-<version>.json."""
     return [json.loads(path.read_text()) for path in sorted((ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))]
 
 
 def constraints_versions() -> list[str]:
-    """`sglang_plan_constraints_versions`: the versions with a roles/sglang_venv/files/constraints-<version>.txt."""
+    """`_sglang_plan_constraints_versions`: the versions with a roles/sglang_venv/files/constraints-<version>.txt."""
     files = sorted((ROOT / "roles/sglang_venv/files").glob("constraints-*.txt"))
     return [path.name.removeprefix("constraints-").removesuffix(".txt") for path in files]
 
 
 def plan_settings(host: str, **overrides: Any) -> dict[str, Any]:
-    """`sglang_plan_settings` as Ansible builds it for a production host, with variables overridden."""
+    """`_sglang_plan_settings` as Ansible builds it for a production host, with variables overridden."""
     variables = {
         **load_yaml(ROOT / "roles/sglang_plan/defaults/main.yml"),
         **load_yaml(ROOT / f"inventory/production/host_vars/{host}.yml"),
         "inventory_hostname": host,
-        "sglang_plan_constraints_versions": constraints_versions(),
+        "_sglang_plan_constraints_versions": constraints_versions(),
         **overrides,
     }
-    template = load_yaml(ROOT / "roles/sglang_plan/vars/main.yml")["sglang_plan_settings"]
+    template = load_yaml(ROOT / "roles/sglang_plan/vars/main.yml")["_sglang_plan_settings"]
     environment = NativeEnvironment()
     return {key: environment.from_string(str(value)).render(**variables) for key, value in template.items()}
 

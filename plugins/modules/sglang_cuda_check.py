@@ -56,7 +56,7 @@ EXAMPLES = r"""
   sglang_cuda_check:
     host: "{{ inventory_hostname }}"
     instances: "{{ sglang_instances }}"
-    properties: "{{ sglang_instances | map('sglang_server_unit_properties', sglang_server_sandbox) | list }}"
+    properties: "{{ sglang_instances | map('sglang_server_unit_properties', _sglang_server_sandbox) | list }}"
     command: ["/opt/sglang/sglang-0.5.23/bin/python", "/opt/sglang/sglang-0.5.23/cuda_smoke_check.py"]
 """
 

@@ -173,7 +173,7 @@ def describe(path: str, checksums: Mapping[str, str]) -> dict[str, Any]:
     return facts
 
 
-# Paths the servers' unit hides from them (ProtectHome=yes, PrivateTmp=yes in sglang_server_sandbox): a model
+# Paths the servers' unit hides from them (ProtectHome=yes, PrivateTmp=yes in _sglang_server_sandbox): a model
 # there is readable by root, so it passes a root-run check, and absent for the server.
 HIDDEN_PREFIXES = (
     ("/home", "ProtectHome=yes"),

@@ -16,7 +16,7 @@ $OUT/results.tar.gz (atomically) after every stage:
   per_gpu      (two GPUs) host_vars/h200x2-per-gpu.yml, b200-shaped: two instances, one per GPU, launched at once, one
                wait() over both, verified at the same time, compute apps mapped to each instance's process tree:
                asserts that no instance's processes hold memory on the other GPU; SIGTERM to both
-  plan         tests/hardware/host_vars/h200.yml through sglang_plan_settings and sglang_plan() with the real facts
+  plan         tests/hardware/host_vars/h200.yml through _sglang_plan_settings and sglang_plan() with the real facts
                (on two GPUs kept to GPU 0 with sglang_gpu_ids: [0])
   nextn        the planned instance, planned with an API key (--config <key file>), launched as the unit starts it
                (python3 roles/sglang_server/files/sglang_launcher.py sglang.launch_server + argv, + environment);
@@ -254,17 +254,17 @@ def support_table() -> tuple[Json, str]:
 
 
 def plan_settings(variables_file: Path, **overrides: Any) -> Json:
-    """`sglang_plan_settings` as roles/sglang_plan/vars/main.yml builds it: role defaults overridden by the host_vars."""
+    """`_sglang_plan_settings` as roles/sglang_plan/vars/main.yml builds it: role defaults overridden by the host_vars."""
     files = (ROOT / "roles/sglang_venv/files").glob("constraints-*.txt")
     constraints = sorted(p.name[len("constraints-") : -len(".txt")] for p in files)
     variables: Json = {
         **load_yaml(ROOT / "roles/sglang_plan/defaults/main.yml"),
         **(load_yaml(variables_file) or {}),
         "inventory_hostname": variables_file.stem,
-        "sglang_plan_constraints_versions": constraints,
+        "_sglang_plan_constraints_versions": constraints,
         **overrides,
     }
-    template: Json = load_yaml(ROOT / "roles/sglang_plan/vars/main.yml")["sglang_plan_settings"]
+    template: Json = load_yaml(ROOT / "roles/sglang_plan/vars/main.yml")["_sglang_plan_settings"]
     native: Any = None
     with contextlib.suppress(ImportError):
         from jinja2.nativetypes import NativeEnvironment

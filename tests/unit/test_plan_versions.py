@@ -131,7 +131,7 @@ def test_unknown_version_is_one_problem(plan: Plan) -> None:
 
 
 def test_missing_constraints_file(plan: Plan) -> None:
-    (problem,) = plan("ct129", sglang_version="0.5.17", sglang_plan_constraints_versions=["0.5.23"])["problems"]
+    (problem,) = plan("ct129", sglang_version="0.5.17", _sglang_plan_constraints_versions=["0.5.23"])["problems"]
     assert problem.startswith('ct129 host: sglang_version="0.5.17": roles/sglang_venv/files/constraints-0.5.17.txt is missing')
 
 
@@ -155,11 +155,11 @@ def test_the_simulator_stands_in_for_the_pinned_version(runtime: str, expected: 
         "sglang_venv_runtime": runtime,
         "sglang_venv_runtime_environment": {"SGLANG_SIM_LOAD_SECONDS": "1"},
     }
-    variables["sglang_venv_runtime_default_environment"] = {
+    variables["_sglang_venv_runtime_default_environment"] = {
         name: {key: environment.from_string(value).render(**variables) for key, value in env.items()}
-        for name, env in role_vars["sglang_venv_runtime_default_environment"].items()
+        for name, env in role_vars["_sglang_venv_runtime_default_environment"].items()
     }
-    rendered: Any = environment.from_string(role_vars["sglang_venv_server_environment"]).render(**variables)
+    rendered: Any = environment.from_string(role_vars["_sglang_venv_server_environment"]).render(**variables)
     assert rendered == expected
     # The servers get it through the role's published fact (sglang_runtime.environment), the checker directly.
     server_vars = (ROOT / "roles/sglang_server/vars/main.yml").read_text()
@@ -170,6 +170,6 @@ def test_the_simulator_stands_in_for_the_pinned_version(runtime: str, expected: 
         for task in yaml.safe_load(preflight)
         if "sglang_runtime" in (task.get("ansible.builtin.set_fact") or {})
     ]
-    assert published["environment"] == "{{ sglang_venv_server_environment }}"
-    assert 'environment: "{{ sglang_venv_server_environment }}"' in preflight, "the checker parses as the servers' release"
-    assert role_vars["sglang_venv_args_parser"][runtime], "each runtime names its own parser"
+    assert published["environment"] == "{{ _sglang_venv_server_environment }}"
+    assert 'environment: "{{ _sglang_venv_server_environment }}"' in preflight, "the checker parses as the servers' release"
+    assert role_vars["_sglang_venv_args_parser"][runtime], "each runtime names its own parser"

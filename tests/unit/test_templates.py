@@ -38,25 +38,25 @@ def render(name: str, **variables: Any) -> str:
         "ansible_managed": "Managed by Ansible",
         "sglang_runtime": {
             "python": "/opt/sglang/sglang-0.5.23/bin/python",
-            "module": venv_vars["sglang_venv_server_module"][runtime],
+            "module": venv_vars["_sglang_venv_server_module"][runtime],
         },
-        "sglang_server_helper_dir": "/usr/local/lib/sglang-fleet",
+        "_sglang_server_helper_dir": "/usr/local/lib/sglang-fleet",
         "sglang_server_secrets_dir": "/etc/sglang-fleet/secrets",
         "sglang_api_key": "",
-        "sglang_server_systemd_version": 252,
-        "sglang_server_base_environment": {"CUDA_HOME": "/usr/local/cuda", "HOME": "/var/lib/sglang"},
+        "_sglang_server_systemd_version": 252,
+        "_sglang_server_base_environment": {"CUDA_HOME": "/usr/local/cuda", "HOME": "/var/lib/sglang"},
         **variables,
     }
     role_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
-    for variable in ("sglang_server_devices_unit", "sglang_server_root_path"):
+    for variable in ("_sglang_server_devices_unit", "_sglang_server_root_path"):
         context[variable] = role_vars[variable]
-    context["sglang_server_launcher"] = [
-        environment.from_string(word).render(**context) for word in role_vars["sglang_server_launcher"]
+    context["_sglang_server_launcher"] = [
+        environment.from_string(word).render(**context) for word in role_vars["_sglang_server_launcher"]
     ]
     native = NativeEnvironment()
     native.filters.update(collection_filters(SystemdFilters))
     context.setdefault("sglang_server_read_write_paths", [])
-    context["sglang_server_sandbox"] = native.from_string(role_vars["sglang_server_sandbox"]).render(**context)
+    context["_sglang_server_sandbox"] = native.from_string(role_vars["_sglang_server_sandbox"]).render(**context)
     return environment.get_template(name).render(**context)
 
 
@@ -124,7 +124,7 @@ def test_unit_uses_newer_systemd_where_the_host_has_it(
 ) -> None:
     instance = plan("b200")["instances"][0]
     text = render(
-        "sglang.service.j2", sglang_server_instance=instance, sglang_server_systemd_version=systemd, sglang_api_key=api_key
+        "sglang.service.j2", sglang_server_instance=instance, _sglang_server_systemd_version=systemd, sglang_api_key=api_key
     )
     unit = unit_lines(text)
     assert ("RestartSteps" in unit and unit["RestartMaxDelaySec"] == "300") is backs_off
@@ -133,7 +133,7 @@ def test_unit_uses_newer_systemd_where_the_host_has_it(
 
 
 def test_the_writer_puts_each_instance_file_where_the_plan_says(plan: Plan) -> None:
-    templates = yaml.safe_load((SERVER / "vars/main.yml").read_text())["sglang_server_instance_templates"]
+    templates = yaml.safe_load((SERVER / "vars/main.yml").read_text())["_sglang_server_instance_templates"]
     instance = plan("b200", sglang_api_key="k")["instances"][0]
     assert {template["file"]: template["src"] for template in templates} == {
         "unit": "sglang.service.j2",
@@ -226,23 +226,23 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     writer_name = "sglang.fleet.sglang_instance_files"
     # The server's helpers are written with its instance files, by one task; the router's launcher with its unit.
     [writer] = [task[writer_name] for task in server_tasks if writer_name in task]
-    assert writer["files"] == "{{ sglang_server_helper_files }}"
+    assert writer["files"] == "{{ _sglang_server_helper_files }}"
     [router_writer] = [task[writer_name] for task in router_tasks if writer_name in task]
     copies = {item["src"]: item["dest"] for item in router_writer["files"] if "src" in item and not item.get("template")}
-    copies |= {item["src"]: item["dest"] for item in server_vars["sglang_server_helper_files"] if not item.get("template")}
-    assert copies["sglang_launcher.py"] == "{{ sglang_server_helper_dir }}/sglang_launcher.py"
-    assert copies["check_gpus_free.py"] == "{{ sglang_server_helper_dir }}/check_gpus_free.py"
+    copies |= {item["src"]: item["dest"] for item in server_vars["_sglang_server_helper_files"] if not item.get("template")}
+    assert copies["sglang_launcher.py"] == "{{ _sglang_server_helper_dir }}/sglang_launcher.py"
+    assert copies["check_gpus_free.py"] == "{{ _sglang_server_helper_dir }}/check_gpus_free.py"
     assert (SERVER / "files/sglang_launcher.py").is_file()
-    assert copies["sglang_router_launcher.py"] == "{{ sglang_router_launcher }}"
+    assert copies["sglang_router_launcher.py"] == "{{ _sglang_router_launcher }}"
     # The router finds the helpers' folder in the server role's published fact (sglang_service), the same folder.
-    assert router_vars["sglang_router_launcher"] == "{{ sglang_service.helper_dir }}/sglang_router_launcher.py"
+    assert router_vars["_sglang_router_launcher"] == "{{ sglang_service.helper_dir }}/sglang_router_launcher.py"
     server_preflight = yaml.safe_load((SERVER / "tasks/preflight.yml").read_text())
     [service] = [
         task["ansible.builtin.set_fact"]["sglang_service"]
         for task in server_preflight
         if "sglang_service" in task.get("ansible.builtin.set_fact", {})
     ]
-    assert service["helper_dir"] == "{{ sglang_server_helper_dir }}"
+    assert service["helper_dir"] == "{{ _sglang_server_helper_dir }}"
     assert (ROUTER / "files/sglang_router_launcher.py").is_file()
 
 
@@ -266,11 +266,11 @@ def render_router(**variables: Any) -> str:
         "sglang_runtime": {"python": "/opt/sglang/sglang-0.5.23/bin/python", "module": "sglang.launch_server"},
         "sglang_router_port": 30100,
         "sglang_instances": [{"unit": "sglang-30000.service", "url": "http://127.0.0.1:30000"}],
-        "sglang_router_argv": ["--host", "127.0.0.1", "--port", "30100", "--worker-urls", "http://127.0.0.1:30000"],
+        "_sglang_router_argv": ["--host", "127.0.0.1", "--port", "30100", "--worker-urls", "http://127.0.0.1:30000"],
         **variables,
     }
     for name, value in yaml.safe_load((ROUTER / "vars/main.yml").read_text()).items():
-        if name in ("sglang_router_keys_file", "sglang_router_launcher"):
+        if name in ("_sglang_router_keys_file", "_sglang_router_launcher"):
             context[name] = environment.from_string(value).render(**context)
     return environment.get_template("sglang-router.service.j2").render(**context)
 

@@ -44,11 +44,11 @@ def render(expression: Any, **variables: Any) -> Any:
         return environment.from_string(str(template)).render(**known)
 
     for name in (  # in dependency order
-        "sglang_venv_wheelhouse_constraints",
-        "sglang_venv_wheelhouse_requirements",
-        "sglang_venv_host_wheelhouse_dir",
-        "sglang_venv_pip_install_args",
-        "sglang_venv_unpack_options",
+        "_sglang_venv_wheelhouse_constraints",
+        "_sglang_venv_wheelhouse_requirements",
+        "_sglang_venv_host_wheelhouse_dir",
+        "_sglang_venv_pip_install_args",
+        "_sglang_venv_unpack_options",
     ):
         known[name] = one(role_vars[name])
     return one(expression)
@@ -142,7 +142,7 @@ def test_the_host_unpacks_as_root_and_mends_an_older_unpack() -> None:
     assert mend["recurse"] is True and (mend["owner"], mend["group"], mend["mode"]) == ("root", "root", "u=rwX,go=rX")
     assert "when" not in tasks()["Keep every file of the host's wheelhouse root's, writable by root only"], "every run"
     packed = task_with("community.general.archive")["path"]
-    assert [render(p, sglang_venv_wheelhouse_dir="/cache/w") for p in packed] == [
+    assert [render(p, _sglang_venv_wheelhouse_dir="/cache/w") for p in packed] == [
         "/cache/w/*.whl", "/cache/w/requirements-hashed.txt", "/cache/w/constraints.txt",
     ]  # fmt: skip
 

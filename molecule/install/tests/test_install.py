@@ -36,7 +36,7 @@ def production_command_lines() -> dict[str, list[str]]:
     return lines
 
 
-# What the role's sglang_venv_args_parser gives the checker for SGLang (roles/sglang_venv/vars/main.yml).
+# What the role's _sglang_venv_args_parser gives the checker for SGLang (roles/sglang_venv/vars/main.yml).
 SGLANG_PARSER = "sglang.srt.server_args:prepare_server_args sglang.srt.plugins:load_plugins"
 
 
