@@ -20,10 +20,7 @@ cas=()
 recipe_hash=$(cat "${BASH_SOURCE[0]}" "$LIB" "${cas[@]}" | sha256sum | cut -c1-12)
 image="${REPOSITORY}:${recipe_hash}"
 
-if docker image inspect "$image" >/dev/null 2>&1; then
-  echo "$image"
-  exit 0
-fi
+exit_if_built "$image"
 
 rootfs=$(mktemp -d /var/tmp/ee-rootfs.XXXXXX)
 trap 'rm -rf "$rootfs"' EXIT

@@ -16,6 +16,8 @@ readonly STAGE=build/ee
 readonly REPOSITORY=sglang-fleet-ee
 
 cd "$ROOT"
+# shellcheck source=lib/debootstrap.sh
+source scripts/lib/debootstrap.sh
 base_image=$(ee/base-image.sh)
 
 rm -rf "$STAGE"
@@ -35,10 +37,7 @@ inputs_hash=$(
   } | sha256sum | cut -c1-12
 )
 image="${REPOSITORY}:${inputs_hash}"
-if docker image inspect "$image" >/dev/null 2>&1; then
-  echo "$image"
-  exit 0
-fi
+exit_if_built "$image"
 
 # A proxy this machine uses, for pip during the build (docker takes these from the environment and does not
 # keep them in the image).

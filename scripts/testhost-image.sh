@@ -16,10 +16,7 @@ source "$LIB"
 recipe_hash=$(cat "${BASH_SOURCE[0]}" "$LIB" | sha256sum | cut -c1-12)
 image="${REPOSITORY}:${recipe_hash}"
 
-if docker image inspect "$image" >/dev/null 2>&1; then
-  echo "$image"
-  exit 0
-fi
+exit_if_built "$image"
 
 rootfs=$(mktemp -d /var/tmp/testhost-rootfs.XXXXXX)
 trap 'rm -rf "$rootfs"' EXIT

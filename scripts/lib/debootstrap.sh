@@ -1,5 +1,5 @@
-# Sourced by the scripts that build local Debian images (scripts/testhost-image.sh, ee/base-image.sh): no container
-# registry is reachable, so images start from a debootstrap'd root file system.
+# Sourced by the scripts that build local images (scripts/testhost-image.sh, ee/base-image.sh, scripts/ee-image.sh):
+# no container registry is reachable, so images start from a debootstrap'd root file system and are cached by tag.
 
 # The Debian mirror this machine already uses (deb822 or one-line sources), so no host is named here.
 debian_mirror() {
@@ -20,4 +20,12 @@ debootstrap_rootfs() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >&2
   fi
   debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$(debian_mirror "$suite")" >&2
+}
+
+# exit_if_built IMAGE: print IMAGE and stop the script when docker already has it (the tag names the recipe).
+exit_if_built() {
+  if docker image inspect "$1" >/dev/null 2>&1; then
+    echo "$1"
+    exit 0
+  fi
 }
