@@ -9,13 +9,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils.flags import render_flag
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host
 from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines, parse_problems
 from ansible_collections.sglang.fleet.plugins.module_utils.plan import plan_host
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
-from ansible_collections.sglang.fleet.plugins.module_utils.reshape import reshape
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,10 +58,8 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "sglang_plan": sglang_plan,
-            "sglang_render_flag": render_flag,
             "sglang_parse_problems": parse_problems,
             "sglang_checked_command_lines": checked_command_lines,
-            "sglang_reshape": reshape,
             # The files of an instance unit the plan no longer has (a planned instance carries its own: `files`).
             "sglang_instance_file_set": instance_files,
             "sglang_problem": problem_line,
