@@ -107,10 +107,10 @@ def host_facts(host: str, model: dict[str, Any], **overrides: Any) -> dict[str, 
 
 @pytest.fixture(scope="session")
 def model_facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from ansible_collections.sglang.fleet.plugins.modules import sglang_model_facts
+    from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe
 
     directory = stand_in_model(tmp_path_factory.mktemp("models") / "Qwen3.6-27B")
-    facts: dict[str, Any] = sglang_model_facts.describe(str(directory), {})
+    facts: dict[str, Any] = describe(str(directory), {})
     return facts
 
 

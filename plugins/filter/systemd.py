@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import systemd as show_parser
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
 
 _NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
@@ -71,11 +70,6 @@ def systemd_hardening(read_write_paths: Iterable[str], private_devices: bool = F
     return [*lines[:4], "PrivateDevices=yes", *lines[4:]] if private_devices else lines
 
 
-def systemd_show_states(output: str) -> dict[str, dict[str, str]]:
-    """`systemctl show --property=Id,... unit...` output as {unit: {property: value}}."""
-    return show_parser.parse_show(output)
-
-
 def systemd_utc_seconds(timestamp: str) -> float | None:
     """A `systemctl show --timestamp=us+utc` time ("Mon 2026-11-30 02:02:20.870662 UTC") as Unix seconds."""
     try:
@@ -86,19 +80,14 @@ def systemd_utc_seconds(timestamp: str) -> float | None:
 
 
 def sglang_server_stale(
-    instances: list[dict[str, Any]], states: dict[str, dict[str, str]], file_times: list[str]
+    instances: list[dict[str, Any]], states: dict[str, dict[str, str]], changed_at: dict[str, float]
 ) -> list[dict[str, Any]]:
     """Running instances one of whose files (unit, environment file, key file: those of its verified set, as planned
     in its `files`) changed after their main process started.
 
-    `states` come from `systemctl show --timestamp=us+utc`, `file_times` from `stat --format=%n=%.6Y`
-    (one "path=<seconds>" line per file).
+    `states` as module sglang_installed reads them (`systemctl show --timestamp=us+utc`), `changed_at` each existing
+    file's modification time in Unix seconds (its `mtimes`).
     """
-    changed_at = {}
-    for line in file_times:
-        path, _, seconds = line.rpartition("=")
-        if seconds.replace(".", "", 1).isdigit():
-            changed_at[path] = float(seconds)
     stale = []
     for instance in instances:
         state = states.get(instance["unit"], {})
@@ -175,7 +164,6 @@ class FilterModule:
         return {
             "systemd_exec_quote": systemd_exec_quote,
             "systemd_env_quote": systemd_env_quote,
-            "systemd_show_states": systemd_show_states,
             "systemd_hardening": systemd_hardening,
             "sglang_server_stale": sglang_server_stale,
             "sglang_server_unit_properties": sglang_server_unit_properties,

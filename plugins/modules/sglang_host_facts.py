@@ -9,6 +9,14 @@ import subprocess
 from typing import Any
 from xml.etree import ElementTree
 
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import model_facts
+
+# ansible.builtin.setup's minimal subset, gathered whatever `gather_subset` says.
+SETUP_MINIMAL_SUBSET = frozenset(
+    ["apparmor", "caps", "cmdline", "date_time", "distribution", "dns", "env", "fips", "local", "lsb", "pkg_mgr",
+     "platform", "python", "selinux", "service_mgr", "ssh_pub_keys", "user"]
+)  # fmt: skip
+
 DOCUMENTATION = r"""
 module: sglang_host_facts
 short_description: Gathers the GPU, memory, port and library facts that sglang-fleet plans with
@@ -25,18 +33,61 @@ description:
   - Runs C(nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory,process_name) for the processes using the GPUs.
   - Maps each GPU process and each listening TCP port to its PID, program name and systemd unit.
   - Reads host RAM from C(/proc/meminfo) and the glibc version from the C library.
+  - With I(model), also reads the model directory in the same call and returns it as C(model). From C(config.json)
+    the architecture, the MTP layer count (top level or C(text_config)) and the text model's attention heads, KV heads,
+    hidden size and context length (as SGLang derives it); from C(model.safetensors.index.json) the declared tensor
+    bytes, the shards and whether MTP tensors exist. Checks every listed shard exists and is not empty, sums the shard
+    sizes, optionally compares SHA-256 checksums of named files, and checks the servers' account can read it all.
+  - With I(gather_subset), also gathers Ansible's own facts of those subsets in the same call, as
+    C(ansible.builtin.setup) would (a play that needs only these spares its own fact gathering, a round trip).
   - Sets the fact C(sglang_host). Never changes the host.
 options:
   nvidia_smi:
     description: Path or name of nvidia-smi.
     type: str
     default: nvidia-smi
+  gather_subset:
+    description: Ansible's fact subsets (C(ansible.builtin.setup)'s I(gather_subset)) to gather too; empty gathers none.
+    type: list
+    elements: str
+    default: []
+  model:
+    description: The model directory to read as well; omitted, C(model) is not returned.
+    type: dict
+    suboptions:
+      path:
+        description: The model directory.
+        type: path
+        required: true
+      sha256:
+        description: Expected SHA-256 by file name inside the directory; empty skips checksums.
+        type: dict
+        default: {}
+      user:
+        description:
+          - The account the servers run as. Every file the server reads (config.json, the index, every shard, the
+            tokenizer files) is checked readable by it, and the directories on the way searchable. Where the account
+            does not exist yet (first deploy), as an account of no extra group (the "other" permission bits).
+          - Empty skips the check.
+        type: str
+        default: ""
+      group:
+        description: The servers' group (the unit's C(Group=)); empty means the account's primary group.
+        type: str
+        default: ""
 author: sglang-fleet
 """
 
 EXAMPLES = r"""
 - name: Gather GPU and host facts
   sglang_host_facts:
+
+- name: Gather GPU and host facts and read the model directory
+  sglang_host_facts:
+    model:
+      path: /srv/models/Qwen3.6-27B
+      user: sglang
+  register: host
 """
 
 RETURN = r"""
@@ -78,6 +129,16 @@ ansible_facts:
     glibc_version:
       description: The glibc version, e.g. C(2.36); empty when unknown.
       type: str
+model:
+  description: >-
+    The model directory: exists, config, architectures, mtp_layers, num_attention_heads, num_key_value_heads,
+    hidden_size, max_position_embeddings, context_length, total_size, shard_bytes, shards,
+    missing_shards, empty_shards, has_mtp_tensors, tensor_count, checksum_problems; hidden_by
+    (the sandbox setting that hides the path from the service, or null), unreadable (one "path: reason" per file or
+    directory the service account cannot read); with I(model.user), of an existing directory: read_as (the
+    account checked, and how).
+  returned: when I(model) is given
+  type: dict
 """
 
 GPU_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id"
@@ -335,11 +396,46 @@ def gather(nvidia_smi: str, proc_gpus: str = PROC_GPUS, dev: str = "/dev") -> di
     return facts
 
 
+def ansible_facts(module: Any, subsets: list[str]) -> dict[str, Any]:
+    """Ansible's own facts of `subsets`, collected as ansible.builtin.setup collects them."""
+    from ansible.module_utils.facts import ansible_collector, default_collectors
+    from ansible.module_utils.facts.namespace import PrefixFactNamespace
+
+    collector = ansible_collector.get_ansible_collector(
+        all_collector_classes=default_collectors.collectors,
+        namespace=PrefixFactNamespace(namespace_name="ansible", prefix="ansible_"),
+        filter_spec=[],
+        gather_subset=subsets,
+        gather_timeout=10,
+        minimal_gather_subset=SETUP_MINIMAL_SUBSET,
+    )
+    facts: dict[str, Any] = collector.collect(module=module)
+    return facts
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
-    module = AnsibleModule(argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"}}, supports_check_mode=True)
-    module.exit_json(changed=False, ansible_facts={"sglang_host": gather(module.params["nvidia_smi"])})
+    module = AnsibleModule(
+        argument_spec={
+            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "gather_subset": {"type": "list", "elements": "str", "default": []},
+            "model": {
+                "type": "dict",
+                "options": {
+                    "path": {"type": "path", "required": True},
+                    "sha256": {"type": "dict", "default": {}},
+                    "user": {"type": "str", "default": ""},
+                    "group": {"type": "str", "default": ""},
+                },
+            },
+        },
+        supports_check_mode=True,
+    )
+    model = module.params["model"]
+    model_result = {} if model is None else {"model": model_facts(model["path"], model["sha256"], model["user"], model["group"])}
+    facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
+    module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": gather(module.params["nvidia_smi"])}, **model_result)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import glob
 import grp
 import os
 import pwd
@@ -59,7 +60,17 @@ options:
     elements: str
     default: []
   units:
-    description: systemd units whose C(ActiveState) and C(UnitFileState) are returned in C(units).
+    description: systemd units whose C(unit_properties) are returned in C(units).
+    type: list
+    elements: str
+    default: []
+  unit_properties:
+    description: The C(systemctl show) properties returned for each of C(units); times in microseconds, UTC.
+    type: list
+    elements: str
+    default: [ActiveState, UnitFileState]
+  mtimes:
+    description: Files whose modification times (Unix seconds) are returned in C(mtimes); a missing one is left out.
     type: list
     elements: str
     default: []
@@ -76,9 +87,21 @@ found:
   returned: always
   type: dict
 units:
-  description: For each of C(units), its C(ActiveState) and C(UnitFileState) (empty strings for an unknown unit).
+  description: For each of C(units), its C(unit_properties) (empty strings for an unknown unit).
   returned: always
   type: dict
+mtimes:
+  description: For each existing file of C(mtimes), its modification time in Unix seconds.
+  returned: always
+  type: dict
+accounts:
+  description: For each of C(accounts), whether the user exists.
+  returned: always
+  type: dict
+differing_paths:
+  description: The C(paths) that differ (missing, of another kind, content, target, mode, owner or group).
+  returned: always
+  type: list
 """
 
 
@@ -194,6 +217,25 @@ def account_differences(spec: Mapping[str, Any]) -> list[str]:
     return differences
 
 
+def account_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def mtimes(paths: Sequence[str]) -> dict[str, float]:
+    """path -> modification time (Unix seconds) of each of `paths` that exists."""
+    found = {}
+    for path in paths:
+        try:
+            found[path] = os.stat(path).st_mtime
+        except FileNotFoundError:
+            continue
+    return found
+
+
 def command_differences(spec: Mapping[str, Any], run: Any = subprocess.run) -> list[str]:
     argv = [str(word) for word in spec["argv"]]
     try:
@@ -221,6 +263,21 @@ def differences(params: Mapping[str, Any], run: Any = subprocess.run) -> list[st
     return found
 
 
+def probe(params: Mapping[str, Any], run: Any = subprocess.run) -> dict[str, Any]:
+    """Everything the module returns: the differences, and what it reads (globs, units, times, accounts)."""
+    units = systemd.show(
+        params.get("units") or [], params.get("unit_properties") or ["ActiveState", "UnitFileState"], ["--timestamp=us+utc"], run
+    )
+    return {
+        "differences": differences(params, run),
+        "found": {pattern: sorted(glob.glob(pattern)) for pattern in params.get("globs") or []},
+        "units": units,
+        "mtimes": mtimes(params.get("mtimes") or []),
+        "accounts": {str(spec["name"]): account_exists(str(spec["name"])) for spec in params.get("accounts") or []},
+        "differing_paths": [str(spec["path"]) for spec in params.get("paths") or [] if path_differences(spec)],
+    }
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
@@ -233,17 +290,12 @@ def main() -> None:
             "commands": {"type": "list", "elements": "dict", "default": []},
             "globs": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
+            "unit_properties": {"type": "list", "elements": "str", "default": ["ActiveState", "UnitFileState"]},
+            "mtimes": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
-    import glob
-
-    module.exit_json(
-        changed=False,
-        differences=differences(module.params),
-        found={pattern: sorted(glob.glob(pattern)) for pattern in module.params["globs"]},
-        units=systemd.show(module.params["units"], ["ActiveState", "UnitFileState"]),
-    )
+    module.exit_json(changed=False, **probe(module.params))
 
 
 if __name__ == "__main__":

@@ -147,3 +147,33 @@ def test_unit_states_come_from_one_systemctl_show_and_an_unknown_unit_has_empty_
     }
     assert len(calls) == 1 and calls[0][:2] == ["systemctl", "show"]
     assert systemd.show([], ["ActiveState"], run=run) == {} and len(calls) == 1
+
+
+def test_the_probe_reads_unit_properties_file_times_accounts_and_which_paths_differ(tmp_path: Path) -> None:
+    (tmp_path / "unit.service").write_text("[Unit]\n")
+    os.utime(tmp_path / "unit.service", (1000.5, 1000.5))
+    (tmp_path / "same").write_text("x")
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "Id=a.service\nActiveState=active\nExecMainStartTimestamp=n/a\n", "")
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    result = module.probe(
+        {
+            "units": ["a.service"],
+            "unit_properties": ["ActiveState", "ExecMainStartTimestamp"],
+            "mtimes": [str(tmp_path / "unit.service"), str(tmp_path / "gone")],
+            "accounts": [{"name": me}, {"name": "no-such-user-here"}],
+            "paths": [{"path": str(tmp_path / "same"), "content": "x"}, {"path": str(tmp_path / "gone")}],
+            "globs": [str(tmp_path / "*.service")],
+        },
+        run,
+    )
+    assert result["units"] == {"a.service": {"ActiveState": "active", "ExecMainStartTimestamp": "n/a"}}
+    assert "--timestamp=us+utc" in calls[0] and "--property=ExecMainStartTimestamp" in calls[0]
+    assert result["mtimes"] == {str(tmp_path / "unit.service"): 1000.5}, "a missing file is left out"
+    assert result["accounts"] == {me: True, "no-such-user-here": False}
+    assert result["differing_paths"] == [str(tmp_path / "gone")]
+    assert result["found"] == {str(tmp_path / "*.service"): [str(tmp_path / "unit.service")]}

@@ -1,4 +1,4 @@
-"""sglang_model_facts' readability check: the model as the servers' account (not root) sees it, and the plan's lines."""
+"""The model facts' readability check: the model as the servers' account (not root) sees it, and the plan's lines."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.sglang.fleet.plugins.modules import sglang_model_facts as module
+from ansible_collections.sglang.fleet.plugins.module_utils import model_facts as module
 
 
 def stat_of(mode: int, uid: int = 0, gid: int = 0) -> os.stat_result:

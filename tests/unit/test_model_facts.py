@@ -1,13 +1,16 @@
-"""sglang_model_facts: what a model directory holds."""
+"""The model facts (module_utils/model_facts.py): what a model directory holds."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.sglang.fleet.plugins.modules import sglang_model_facts as module
+from ansible_collections.sglang.fleet.plugins.module_utils import model_facts as module
+from fleet import ROOT
 
 
 def test_stand_in_reads_as_a_complete_qwen3_6_27b(model_facts: dict[str, Any]) -> None:
@@ -91,3 +94,25 @@ def test_mtp_tensors_are_found_where_sglangs_loaders_take_them_and_the_simulator
     assert has_mtp_tensors(["model.layers.61.eh_proj.weight"], num_hidden_layers=61)
     assert not has_mtp_tensors(["model.layers.60.mlp.weight"], num_hidden_layers=61)
     assert not has_mtp_tensors(["model.layers.61.eh_proj.weight"])
+
+
+def run_host_facts(arguments: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    """Module sglang_host_facts run as Ansible runs a module: its arguments in a file, its result on stdout."""
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": arguments}))
+    module_file = ROOT / "plugins/modules/sglang_host_facts.py"
+    environment = {"PYTHONPATH": str(ROOT / "collections")}
+    done = subprocess.run(
+        [sys.executable, str(module_file), str(args_file)], capture_output=True, text=True, check=True, env=environment
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_host_facts_reads_the_model_in_the_same_call(stand_in_model_dir: Path, tmp_path: Path) -> None:
+    """The plan's one module call: with `model`, sglang_host_facts returns the model facts as `model` as well."""
+    no_smi = str(tmp_path / "no-nvidia-smi")
+    result = run_host_facts({"nvidia_smi": no_smi, "model": {"path": str(stand_in_model_dir)}}, tmp_path)
+    assert result["model"] == module.model_facts(str(stand_in_model_dir), {}), "sha256, user and group default to empty"
+    assert result["ansible_facts"]["sglang_host"]["gpu_error"].startswith(no_smi)
+    assert "model" not in run_host_facts({"nvidia_smi": no_smi}, tmp_path)

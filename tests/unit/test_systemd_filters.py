@@ -26,10 +26,11 @@ def test_environment_values() -> None:
 
 
 def test_show_states_and_stale_instances() -> None:
-    from ansible_collections.sglang.fleet.plugins.filter.systemd import sglang_server_stale, systemd_show_states
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import sglang_server_stale
     from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
+    from ansible_collections.sglang.fleet.plugins.module_utils.systemd import parse_show
 
-    states = systemd_show_states(
+    states = parse_show(
         "Id=sglang-30000.service\nActiveState=active\nExecMainStartTimestamp=Thu 1970-01-01 00:16:40.500000 UTC\n\n"
         "Id=sglang-30001.service\nActiveState=active\nExecMainStartTimestamp=Thu 1970-01-01 00:16:40.500000 UTC\n\n"
         "Id=sglang-30002.service\nActiveState=failed\nExecMainStartTimestamp=Thu 1970-01-01 00:00:10.000000 UTC\n"
@@ -40,13 +41,13 @@ def test_show_states_and_stale_instances() -> None:
         for port in (30000, 30001, 30002)
         for unit in [f"sglang-{port}.service"]
     ]
-    times = [
-        "/u/sglang-30000.service=900.0",
-        "/e/sglang-30000.env=1000.4",
-        "/u/sglang-30001.service=900",
-        "/e/sglang-30001.env=1000.6",
-        "/u/sglang-30002.service=2000",
-    ]
+    times = {
+        "/u/sglang-30000.service": 900.0,
+        "/e/sglang-30000.env": 1000.4,
+        "/u/sglang-30001.service": 900,
+        "/e/sglang-30001.env": 1000.6,
+        "/u/sglang-30002.service": 2000,
+    }
     assert [i["name"] for i in sglang_server_stale(instances, states, times)] == ["sglang-30001"]
-    times.append("/e/secrets/sglang-30000.yaml=1000.7")
+    times["/e/secrets/sglang-30000.yaml"] = 1000.7
     assert [i["name"] for i in sglang_server_stale(instances, states, times)] == ["sglang-30000", "sglang-30001"], "a key change"

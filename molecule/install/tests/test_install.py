@@ -16,7 +16,7 @@ import testinfra.utils.ansible_runner
 ROOT = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(ROOT / "tests")]
 from conftest import host_facts, plan_settings, stand_in_model  # noqa: E402  (puts the collection on the path)
-from ansible_collections.sglang.fleet.plugins.modules.sglang_model_facts import describe  # noqa: E402
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe  # noqa: E402
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan  # noqa: E402
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")

@@ -1,5 +1,7 @@
-#!/usr/bin/python
-"""Ansible module: what a Hugging Face model directory holds, for the SGLang plan. Reads only."""
+"""What a Hugging Face model directory holds and whether the servers' account can read it, for the SGLang plan.
+
+Reads only. Module sglang_host_facts returns model_facts() as `model` when its option `model` is given.
+"""
 
 from __future__ import annotations
 
@@ -14,59 +16,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.mtp import has_mtp_tensors, mtp_layers
-
-DOCUMENTATION = r"""
-module: sglang_model_facts
-short_description: Summarises a model directory (config.json, safetensors index and shards)
-description:
-  - Reads C(config.json) for the architecture and the MTP layer count (top level or C(text_config)), and
-    the text model's attention heads, KV heads, hidden size and context length (as SGLang derives it).
-  - Reads C(model.safetensors.index.json) for the declared tensor bytes, the shards and whether C(mtp.*)
-    tensors exist; checks every listed shard exists and is not empty; sums the shard sizes.
-  - Optionally compares SHA-256 checksums of named files.
-  - Never changes the host.
-options:
-  path:
-    description: The model directory.
-    type: path
-    required: true
-  sha256:
-    description: Expected SHA-256 by file name inside the directory; empty skips checksums.
-    type: dict
-    default: {}
-  user:
-    description:
-      - The account the servers run as. Every file the server reads (config.json, the index, every shard, the
-        tokenizer files) is checked readable by it, and the directories on the way searchable. Where the account
-        does not exist yet (first deploy), as an account of no extra group (the "other" permission bits).
-      - Empty skips the check.
-    type: str
-    default: ""
-  group:
-    description: The servers' group (the unit's C(Group=)); empty means the account's primary group.
-    type: str
-    default: ""
-author: sglang-fleet
-"""
-
-EXAMPLES = r"""
-- name: Read the model directory
-  sglang_model_facts:
-    path: /srv/models/Qwen3.6-27B
-  register: model
-"""
-
-RETURN = r"""
-model:
-  description: >-
-    exists, config, architectures, mtp_layers, num_attention_heads, num_key_value_heads,
-    hidden_size, max_position_embeddings, context_length, total_size, shard_bytes, shards,
-    missing_shards, empty_shards, has_mtp_tensors, tensor_count, checksum_problems; with I(user): hidden_by
-    (the sandbox setting that hides the path from the service, or null), unreadable (one "path: reason" per file or
-    directory the service account cannot read), read_as (the account checked, and how).
-  returned: always
-  type: dict
-"""
 
 INDEX = "model.safetensors.index.json"
 
@@ -331,22 +280,6 @@ def service_access(path: str, user: str, group: str = "") -> dict[str, Any]:
     return facts
 
 
-def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "sha256": {"type": "dict", "default": {}},
-            "user": {"type": "str", "default": ""},
-            "group": {"type": "str", "default": ""},
-        },
-        supports_check_mode=True,
-    )
-    model = describe(module.params["path"], module.params["sha256"])
-    model.update(service_access(module.params["path"], module.params["user"], module.params["group"]))
-    module.exit_json(changed=False, model=model)
-
-
-if __name__ == "__main__":
-    main()
+def model_facts(path: str, checksums: Mapping[str, str], user: str = "", group: str = "") -> dict[str, Any]:
+    """describe() and, for the servers' account `user` (and `group`), service_access(): the plan's `model`."""
+    return {**describe(path, checksums), **service_access(path, user, group)}
