@@ -25,10 +25,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     `file` (unit, environment, secret; an instance without that file, e.g. a key file without a key, gets none);
     `files`, each {src, dest, owner, group, mode, template, private}, a file of the role's files/ copied as it is (or
     of templates/, rendered, with `template`), or {content, dest, ...} with the content given (`private` as for
-    templates); `loop_var` (the name the templates know the instance by, default sglang_server_instance)."""
+    templates); `loop_var` (the name the templates know the instance by, default sglang_server_instance); `read`, what
+    to read on the host in the same call (the module's option)."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var"))
+    _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read"))
 
     def render(self, src: str, source: str, dest: str, task_vars: dict[str, Any], extra: dict[str, Any]) -> str:
         """The template at `source` rendered as ansible.builtin.template would for `dest`, with `extra` variables."""
@@ -89,7 +90,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             return {**result, "failed": True, "msg": str(error)}
         module_result = self._execute_module(
             module_name="sglang.fleet.sglang_instance_files",
-            module_args={"files": files, "private_contents": private_contents},
+            module_args={"files": files, "private_contents": private_contents}
+            | ({"read": args["read"]} if args.get("read") is not None else {}),
             task_vars=task_vars,
         )
         result.update(module_result)

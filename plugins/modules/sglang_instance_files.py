@@ -9,6 +9,8 @@ import pwd
 import tempfile
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
+
 DOCUMENTATION = r"""
 module: sglang_instance_files
 short_description: Writes many small files in one call; only what differs changes
@@ -31,6 +33,11 @@ options:
     type: list
     elements: str
     default: []
+  read:
+    description: >-
+      What to read on the host in the same call, after the files: the options of module sglang_installed (a role that
+      compares its files in preflight also compares its account and folders and reads its units there, one round trip).
+    type: dict
 author: sglang-fleet
 """
 
@@ -39,6 +46,10 @@ changed_paths:
   description: The files whose content, owner, group or mode differed (and were set, outside check mode).
   returned: always
   type: list
+read:
+  description: With I(read), what module sglang_installed returns for those options.
+  returned: when I(read) is given
+  type: dict
 """
 
 
@@ -104,6 +115,7 @@ def main() -> None:
             "files": {"type": "list", "elements": "dict", "required": True},
             # Keys and tokens: masked in the logged invocation, and in anything returned.
             "private_contents": {"type": "list", "elements": "str", "default": [], "no_log": True},
+            "read": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -123,7 +135,8 @@ def main() -> None:
             changed_paths.append(spec["path"])
         if diff:
             diffs.append(diff)
-    module.exit_json(changed=bool(changed_paths), changed_paths=changed_paths, diff=diffs)
+    read = {} if module.params["read"] is None else {"read": probe(module.params["read"])}
+    module.exit_json(changed=bool(changed_paths), changed_paths=changed_paths, diff=diffs, **read)
 
 
 if __name__ == "__main__":

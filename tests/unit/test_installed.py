@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.sglang.fleet.plugins.modules import sglang_installed as module
+from ansible_collections.sglang.fleet.plugins.module_utils import installed as module
 
 
 def venv(root: Path, *dists: str) -> Path:

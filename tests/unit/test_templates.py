@@ -219,7 +219,7 @@ def test_the_simulator_runtime_starts_through_the_same_launcher(plan: Plan) -> N
 
 
 def test_the_launchers_are_installed_where_the_units_run_them() -> None:
-    server_tasks = yaml.safe_load((SERVER / "tasks/configure.yml").read_text())
+    server_tasks = yaml.safe_load((SERVER / "tasks/reconfigure.yml").read_text())
     server_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     router_tasks = yaml.safe_load((ROUTER / "tasks/main.yml").read_text())
     router_vars = yaml.safe_load((ROUTER / "vars/main.yml").read_text())
@@ -228,7 +228,9 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     [writer] = [task[writer_name] for task in server_tasks if writer_name in task]
     assert writer["files"] == "{{ _sglang_server_helper_files }}"
     [router_writer] = [task[writer_name] for task in router_tasks if writer_name in task]
-    copies = {item["src"]: item["dest"] for item in router_writer["files"] if "src" in item and not item.get("template")}
+    assert router_writer["files"] == "{{ _sglang_router_files }}"
+    router_files = router_vars["_sglang_router_files"]
+    copies = {item["src"]: item["dest"] for item in router_files if "src" in item and not item.get("template")}
     copies |= {item["src"]: item["dest"] for item in server_vars["_sglang_server_helper_files"] if not item.get("template")}
     assert copies["sglang_launcher.py"] == "{{ _sglang_server_helper_dir }}/sglang_launcher.py"
     assert copies["check_gpus_free.py"] == "{{ _sglang_server_helper_dir }}/check_gpus_free.py"
@@ -318,7 +320,7 @@ def test_every_server_text_variable_a_template_renders_is_checked_for_control_ch
     rendered = "".join(path.read_text() for path in (SERVER / "templates").glob("*.j2")) + (SERVER / "vars/main.yml").read_text()
     texts = {name for name, value in defaults.items() if isinstance(value, (str, list)) and name in rendered}
     tasks = yaml.safe_load((SERVER / "tasks/preflight.yml").read_text())
-    (task,) = [task for task in tasks if task["name"] == "Check the text the unit and environment files are rendered from"]
+    (task,) = [task for task in tasks if "sglang_server_text_variables" in task.get("vars", {})]
     checked = set(task["vars"]["sglang_server_text_variables"])
     assert texts and texts <= checked, texts - checked
     assert "sglang_server_read_write_paths" in task["ansible.builtin.set_fact"]["sglang_server_preflight_problems"]
