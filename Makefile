@@ -49,7 +49,7 @@ molecule-%: venv docker ## One molecule scenario: molecule-default, molecule-ins
 	molecule test --scenario-name $*
 
 integration: venv docker ## pytest + ansible-runner against the sandbox hosts (started if absent)
-	pytest tests/integration
+	pytest --durations=25 tests/integration
 
 bench: sandbox ## Benchmarks that print figures (no-op deploy cost, rollout latencies, rolling restart under load)
 	python tests/bench/bench_noop.py

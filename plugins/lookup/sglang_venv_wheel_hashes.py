@@ -9,7 +9,6 @@ download, on the way or on the host, is refused. Every `required` pin must be am
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import sha256_of
 
 HEADER = (
     "# Every wheel of this wheelhouse, pinned, with its SHA-256 (computed on the control node from the downloaded\n"
@@ -39,14 +39,6 @@ def wheel_name_version(filename: str) -> tuple[str, str]:
     if not filename.endswith(".whl") or len(parts) not in (5, 6):
         raise WheelhouseError(f"{filename}: not a wheel file name (name-version[-build]-python-abi-platform.whl)")
     return canonical_name(parts[0]), parts[1]
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def hashed_requirements(directory: Path, required: Sequence[str] = ()) -> str:

@@ -78,7 +78,8 @@ def shape(config: Mapping[str, Any]) -> dict[str, int | None]:
     }
 
 
-def sha256_of(path: str) -> str:
+def sha256_of(path: str | os.PathLike[str]) -> str:
+    """A file's SHA-256 (hex), read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -86,7 +87,9 @@ def sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
-def describe(path: str, checksums: Mapping[str, str]) -> dict[str, Any]:
+def describe(path: str, checksums: Mapping[str, str], verified: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What the model directory holds. `checksums` (file name -> SHA-256) are checked; a file whose size, modification
+    time and inode match its entry in `verified` (as an earlier run returned it) is not read again."""
     facts: dict[str, Any] = {"path": path, "exists": os.path.isdir(path)}
     if not facts["exists"]:
         return facts
@@ -112,14 +115,35 @@ def describe(path: str, checksums: Mapping[str, str]) -> dict[str, Any]:
     facts["missing_shards"] = [name for name in shards if name not in sizes]
     facts["empty_shards"] = [name for name, size in sizes.items() if size == 0]
     problems = {}
+    facts["verified"], facts["hashed"] = {}, []
     for name, expected in sorted(checksums.items()):
         file_path = os.path.join(path, name)
         if not os.path.isfile(file_path):
             problems[name] = "file to checksum is missing"
-        elif sha256_of(file_path) != str(expected).lower():
+            continue
+        status = os.stat(file_path)
+        identity = {"size": status.st_size, "mtime_ns": status.st_mtime_ns, "inode": status.st_ino}
+        known = (verified or {}).get(file_path) or {}
+        if {key: known.get(key) for key in identity} == identity and known.get("sha256"):
+            digest = str(known["sha256"])
+        else:
+            digest = sha256_of(file_path)
+            facts["hashed"].append(name)
+        facts["verified"][file_path] = {**identity, "sha256": digest}
+        if digest != str(expected).lower():
             problems[name] = "SHA-256 differs from sglang_model_sha256"
     facts["checksum_problems"] = problems
     return facts
+
+
+def read_verified(path: str) -> dict[str, Any]:
+    """The files an earlier run verified (`describe`'s `verified`, kept in a JSON file); empty when there is none."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 # Paths the servers' unit hides from them (ProtectHome=yes, PrivateTmp=yes in _sglang_server_sandbox): a model
@@ -280,6 +304,10 @@ def service_access(path: str, user: str, group: str = "") -> dict[str, Any]:
     return facts
 
 
-def model_facts(path: str, checksums: Mapping[str, str], user: str = "", group: str = "") -> dict[str, Any]:
-    """describe() and, for the servers' account `user` (and `group`), service_access(): the plan's `model`."""
-    return {**describe(path, checksums), **service_access(path, user, group)}
+def model_facts(
+    path: str, checksums: Mapping[str, str], user: str = "", group: str = "", verified_file: str = ""
+) -> dict[str, Any]:
+    """describe() (with the files verified earlier, as `verified_file` keeps them) and, for the servers' account `user`
+    (and `group`), service_access(): the plan's `model`."""
+    verified = read_verified(verified_file) if verified_file else {}
+    return {**describe(path, checksums, verified), **service_access(path, user, group)}

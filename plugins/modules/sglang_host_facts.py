@@ -75,6 +75,13 @@ options:
         description: The servers' group (the unit's C(Group=)); empty means the account's primary group.
         type: str
         default: ""
+      verified_file:
+        description:
+          - A JSON file of the files an earlier run verified (the returned C(model.verified), written by the caller):
+            a file to checksum whose size, modification time and inode match its entry is not read again.
+          - Empty reads every file to checksum.
+        type: path
+        default: ""
 author: sglang-fleet
 """
 
@@ -133,7 +140,8 @@ model:
   description: >-
     The model directory: exists, config, architectures, mtp_layers, num_attention_heads, num_key_value_heads,
     hidden_size, max_position_embeddings, context_length, total_size, shard_bytes, shards,
-    missing_shards, empty_shards, has_mtp_tensors, tensor_count, checksum_problems; hidden_by
+    missing_shards, empty_shards, has_mtp_tensors, tensor_count, checksum_problems, verified (each checksummed file's
+    size, mtime_ns, inode and sha256, by path), hashed (the names read and hashed in this call); hidden_by
     (the sandbox setting that hides the path from the service, or null), unreadable (one "path: reason" per file or
     directory the service account cannot read); with I(model.user), of an existing directory: read_as (the
     account checked, and how).
@@ -427,13 +435,16 @@ def main() -> None:
                     "sha256": {"type": "dict", "default": {}},
                     "user": {"type": "str", "default": ""},
                     "group": {"type": "str", "default": ""},
+                    "verified_file": {"type": "path", "default": ""},
                 },
             },
         },
         supports_check_mode=True,
     )
     model = module.params["model"]
-    model_result = {} if model is None else {"model": model_facts(model["path"], model["sha256"], model["user"], model["group"])}
+    model_result = {}
+    if model is not None:
+        model_result["model"] = model_facts(model["path"], model["sha256"], model["user"], model["group"], model["verified_file"])
     facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
     module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": gather(module.params["nvidia_smi"])}, **model_result)
 

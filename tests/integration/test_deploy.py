@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fleet import Run, http_status, on_host, overlay_inventory, run_playbook, unit_starts
@@ -158,6 +159,29 @@ def test_the_built_collection_deploys_the_sandbox_from_a_project_of_its_own(sand
     assert "/collections/ansible_collections/sglang/fleet/" in deployed.stdout or "sglang.fleet.sglang :" in deployed.stdout
     recap = deployed.stdout[deployed.stdout.index("PLAY RECAP") :]
     assert recap.count("changed=0") == 2, recap
+
+
+def test_a_verified_model_file_is_read_once_and_again_only_after_it_changes(sandbox: Run) -> None:
+    """With sglang_model_sha256, a full deploy reads and records the file; the next deploys trust the record while the
+    file's size, time and inode stay; a touched file is read again. remove.yml takes the record away (test below)."""
+    config = "/srv/models/Qwen3.6-27B/config.json"
+    checked = {"sglang_model_sha256": {"config.json": on_host("ct129", "sha256sum", config).split()[0]}}
+
+    def hashed(run: Run) -> list[str]:
+        [facts] = [data["res"] for data in run.results() if data["task"].startswith("Gather GPUs") and data["host"] == "ct129"]
+        return list(facts["model"]["hashed"])
+
+    first = run_playbook("deploy.yml", limit="ct129", extravars=checked)
+    assert first.rc == 0, first.failure_messages()
+    assert hashed(first) == ["config.json"]
+    assert "Record the model files verified by their SHA-256" in [task for _, task, _ in first.changed()]
+    record = json.loads(on_host("ct129", "cat", "/var/lib/sglang-fleet/model-sha256.json"))
+    assert record[config]["sha256"] == checked["sglang_model_sha256"]["config.json"]
+    again = run_playbook("deploy.yml", limit="ct129", extravars=checked)
+    assert again.rc == 0 and hashed(again) == [] and again.changed() == [], again.changed()
+    on_host("ct129", "touch", config)
+    touched = run_playbook("deploy.yml", limit="ct129", extravars=checked)
+    assert touched.rc == 0 and hashed(touched) == ["config.json"], touched.failure_messages()
 
 
 def test_remove_takes_the_fleet_off_a_host_and_leaves_nothing_of_it(sandbox: Run) -> None:

@@ -34,6 +34,39 @@ def test_missing_and_empty_shards_and_checksums(stand_in_model_dir: Path) -> Non
     assert set(facts["checksum_problems"]) == {"extra.bin", "gone.bin"}
 
 
+def test_a_verified_file_is_not_read_again_until_its_size_time_or_inode_changes(tmp_path: Path, monkeypatch: Any) -> None:
+    import hashlib
+    import os
+
+    shard = tmp_path / "model.safetensors"
+    shard.write_bytes(b"weights")
+    expected = {"model.safetensors": hashlib.sha256(b"weights").hexdigest()}
+    first = module.describe(str(tmp_path), expected)
+    assert first["hashed"] == ["model.safetensors"] and first["checksum_problems"] == {}
+    record = tmp_path / "verified.json"
+    record.write_text(json.dumps(first["verified"]))
+
+    read: list[str] = []
+    hash_file = module.sha256_of
+
+    def counted(path: str) -> str:
+        read.append(path)
+        return hash_file(path)
+
+    monkeypatch.setattr(module, "sha256_of", counted)
+    again = module.model_facts(str(tmp_path), expected, verified_file=str(record))
+    assert again["hashed"] == [] and read == [] and again["checksum_problems"] == {}
+    assert again["verified"] == first["verified"]
+
+    os.utime(shard, ns=(1, 1))  # touched: read again, and still right
+    touched = module.model_facts(str(tmp_path), expected, verified_file=str(record))
+    assert touched["hashed"] == ["model.safetensors"] and touched["checksum_problems"] == {}
+    shard.write_bytes(b"corrupt")  # other content: read again, and wrong
+    corrupt = module.model_facts(str(tmp_path), expected, verified_file=str(record))
+    assert corrupt["checksum_problems"] == {"model.safetensors": "SHA-256 differs from sglang_model_sha256"}
+    assert module.read_verified(str(tmp_path / "none.json")) == {}
+
+
 def test_mtp_layers_at_the_top_level_and_without_an_index(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "num_nextn_predict_layers": 1}))
     (tmp_path / "model.safetensors").write_bytes(b"12345")
