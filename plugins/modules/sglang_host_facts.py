@@ -32,7 +32,8 @@ description:
   - Records which of C(/dev/nvidiactl), C(/dev/nvidia-uvm), C(/dev/nvidia-uvm-tools) and C(/dev/nvidia<N>) exist.
   - Runs C(nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory,process_name) for the processes using the GPUs.
   - Maps each GPU process and each listening TCP port to its PID, program name and systemd unit.
-  - Reads host RAM from C(/proc/meminfo) and the glibc version from the C library.
+  - Reads host RAM from C(/proc/meminfo) and the glibc version from the C library, and asks each of C(python3),
+    C(python3.11), C(python3.12) and C(python3.13) found on C(PATH) for its version.
   - With I(model), also reads the model directory in the same call and returns it as C(model). From C(config.json)
     the architecture, the MTP layer count (top level or C(text_config)) and the text model's attention heads, KV heads,
     hidden size and context length (as SGLang derives it); from C(model.safetensors.index.json) the declared tensor
@@ -136,6 +137,9 @@ ansible_facts:
     glibc_version:
       description: The glibc version, e.g. C(2.36); empty when unknown.
       type: str
+    python_versions:
+      description: The version (C(3.11)) of each Python found on C(PATH), by its name and by its path.
+      type: dict
 model:
   description: >-
     The model directory: exists, config, architectures, mtp_layers, num_attention_heads, num_key_value_heads,
@@ -380,6 +384,29 @@ def add_minors(gpus: list[dict[str, Any]], nvidia_smi: str, proc_gpus: str = PRO
     )
 
 
+# The Pythons a venv could be built with: SGLang's wheels exist for 3.11-3.13.
+PYTHON_NAMES = ("python3", "python3.11", "python3.12", "python3.13")
+
+
+def python_versions(names: tuple[str, ...] = PYTHON_NAMES, run: Any = subprocess.run) -> dict[str, str]:
+    """The version (major.minor) of each of `names` found on PATH, by its name and by its path, as it answers."""
+    import shutil
+
+    found = {}
+    for name in names:
+        path = shutil.which(name)
+        if not path:
+            continue
+        try:
+            result = run([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True,
+                         timeout=30, check=False)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if result.returncode == 0:
+            found[name] = found[path] = result.stdout.strip()
+    return found
+
+
 def gather(nvidia_smi: str, proc_gpus: str = PROC_GPUS, dev: str = "/dev") -> dict[str, Any]:
     facts: dict[str, Any] = {
         "gpus": [],
@@ -389,6 +416,7 @@ def gather(nvidia_smi: str, proc_gpus: str = PROC_GPUS, dev: str = "/dev") -> di
         "device_nodes": device_nodes(dev),
         "memtotal_mb": memtotal_mb(),
         "glibc_version": glibc_version(),
+        "python_versions": python_versions(),
         "listening": listening_ports(),
     }
     text, facts["gpu_error"] = run_smi(nvidia_smi, f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits")

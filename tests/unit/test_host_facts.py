@@ -7,6 +7,7 @@ import re
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts as module
 
@@ -224,3 +225,20 @@ def test_the_module_ran_on_the_real_h200_and_its_parse_replays(tmp_path: Path) -
     assert real["gpus"][0]["device"] == "/dev/nvidia0" and real["device_nodes"]["/dev/nvidia-uvm"] is True
     refused = json.loads((FLEET_RUN / "nvidia_smi" / "unknown-field.minor_number.json").read_text())
     assert (refused["returncode"], refused["stdout"]) == (2, 'Field "minor_number" is not a valid field to query.\n\n')
+
+
+def test_python_versions_are_asked_of_each_python_on_path_by_name_and_path(tmp_path: Path, monkeypatch: Any) -> None:
+    for name, version in (("python3", "3.11"), ("python3.12", "3.12")):
+        script = tmp_path / name
+        script.write_text(f"#!/bin/sh\necho {version}\n")
+        script.chmod(0o755)
+    broken = tmp_path / "python3.13"
+    broken.write_text("#!/bin/sh\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert module.python_versions() == {
+        "python3": "3.11",
+        str(tmp_path / "python3"): "3.11",
+        "python3.12": "3.12",
+        str(tmp_path / "python3.12"): "3.12",
+    }, "python3.11 is not on PATH; python3.13 does not answer"
