@@ -163,13 +163,18 @@ def command_differences(spec: Mapping[str, Any], run: Any = subprocess.run) -> l
 
 
 def differences(params: Mapping[str, Any], run: Any = subprocess.run) -> list[str]:
+    return _differences(params, [path_differences(spec) for spec in params.get("paths") or []], run)
+
+
+def _differences(params: Mapping[str, Any], path_found: Sequence[list[str]], run: Any) -> list[str]:
+    """The differences, with each of `params`' paths already compared (`path_found`, in their order)."""
     found = package_differences(params.get("packages") or {}, run)
     for venv in params.get("venvs") or []:
         found += venv_differences(str(venv["path"]), [str(pin) for pin in venv.get("pins") or []])
     for spec in params.get("accounts") or []:
         found += account_differences(spec)
-    for spec in params.get("paths") or []:
-        found += path_differences(spec)
+    for lines in path_found:
+        found += lines
     if not found:  # a command may need what is missing; run them only on an otherwise complete install
         for spec in params.get("commands") or []:
             found += command_differences(spec, run)
@@ -178,14 +183,16 @@ def differences(params: Mapping[str, Any], run: Any = subprocess.run) -> list[st
 
 def probe(params: Mapping[str, Any], run: Any = subprocess.run) -> dict[str, Any]:
     """Everything the module returns: the differences, and what it reads (globs, units, times, accounts)."""
+    paths = params.get("paths") or []
+    path_found = [path_differences(spec) for spec in paths]  # each file read once, for both answers
     units = systemd.show(
         params.get("units") or [], params.get("unit_properties") or ["ActiveState", "UnitFileState"], ["--timestamp=us+utc"], run
     )
     return {
-        "differences": differences(params, run),
+        "differences": _differences(params, path_found, run),
         "found": {pattern: sorted(glob.glob(pattern)) for pattern in params.get("globs") or []},
         "units": units,
         "mtimes": mtimes(params.get("mtimes") or []),
         "accounts": {str(spec["name"]): account_exists(str(spec["name"])) for spec in params.get("accounts") or []},
-        "differing_paths": [str(spec["path"]) for spec in params.get("paths") or [] if path_differences(spec)],
+        "differing_paths": [str(spec["path"]) for spec, lines in zip(paths, path_found, strict=True) if lines],
     }
