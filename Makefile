@@ -6,13 +6,14 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install hardware-bundle test checks-then-molecule-default ee
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install hardware-bundle test checks-then-molecule-default ee mirror
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 venv: $(VENV)/.installed ## Create the project venv from the pinned requirements
 $(VENV)/.installed: requirements/control.txt
+	scripts/control-packages.sh
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/control.txt
 	touch $@
@@ -73,3 +74,8 @@ test: venv docker ## Everything CI runs: lint, unit, molecule (install beside th
 
 checks-then-molecule-default: venv docker
 	$(MAKE) --jobs=1 lint unit molecule-default
+
+# olah from its own venv (.mirror-venv/, requirements/mirror.txt) on 127.0.0.1:$MODEL_MIRROR_PORT (18090); stop it with
+# scripts/model-mirror.sh stop.
+mirror: ## Start the local Hugging Face-compatible mirror (olah) serving the generated test model
+	scripts/model-mirror.sh start

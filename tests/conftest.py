@@ -53,9 +53,19 @@ def plan_settings(host: str, **overrides: Any) -> dict[str, Any]:
         "_sglang_plan_constraints_versions": constraints_versions(),
         **overrides,
     }
-    template = load_yaml(ROOT / "roles/sglang_plan/vars/main.yml")["_sglang_plan_settings"]
+    plan_vars = load_yaml(ROOT / "roles/sglang_plan/vars/main.yml")
     environment = NativeEnvironment()
-    return {key: environment.from_string(str(value)).render(**variables) for key, value in template.items()}
+    environment.filters.update({f"sglang.fleet.{name}": function for name, function in model_filters().items()})
+    variables["_sglang_plan_model_path"] = environment.from_string(plan_vars["_sglang_plan_model_path"]).render(**variables)
+    return {
+        key: environment.from_string(str(value)).render(**variables) for key, value in plan_vars["_sglang_plan_settings"].items()
+    }
+
+
+def model_filters() -> dict[str, Callable[..., Any]]:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_model import FilterModule
+
+    return FilterModule().filters()
 
 
 def stand_in_model(directory: Path) -> Path:

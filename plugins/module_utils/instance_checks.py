@@ -180,6 +180,46 @@ def model_problems(
 UNREADABLE_SHOWN = 5
 
 
+# What the host's copy of a fetched model says about the host, not about the model: whether the servers can see it.
+HOST_MODEL_KEYS = ("hidden_by", "unreadable", "read_as")
+
+
+def checked_model(settings: Mapping[str, Any], on_host: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The model the checks read. For a model the role sglang_model fetched (settings["model_source"] has the control
+    node's copy): that copy - the host may not have the revision yet, and the files it lacks or has wrong are what the
+    deploy sends (not problems) - with the host's own view of its access. Otherwise the host's directory."""
+    copy = (settings.get("model_source") or {}).get("facts") or {}
+    if not copy:
+        return on_host
+    return {**copy, "path": settings["model_path"], **{key: on_host[key] for key in HOST_MODEL_KEYS if key in on_host}}
+
+
+def model_source_problems(problems: HostProblems, settings: Mapping[str, Any], on_host: Mapping[str, Any]) -> None:
+    """Both ways of naming the model set; for a fetched model, the room its missing files need where they go."""
+    source = settings.get("model_source") or {}
+    if settings.get("model_path_set") and settings.get("model_sourced"):
+        problems.add(
+            "host",
+            "sglang_model_path",
+            settings["model_path"],
+            "set together with sglang_model, which derives the model directory itself",
+            "remove sglang_model_path (or sglang_model, to keep managing the files by hand)",
+        )
+    files = source.get("files") or {}
+    missing = sorted(set(on_host.get("checksum_problems") or {}) & set(files) if on_host.get("exists") else files)
+    needed = sum(int(files[name].get("size") or 0) for name in missing)
+    free = on_host.get("disk_free_bytes")
+    if needed and isinstance(free, int) and needed > free:
+        problems.add(
+            "host",
+            "sglang_model_root",
+            str(on_host.get("disk_path") or settings["model_path"]),
+            f"the model's revision needs {needed / GIB:.1f} GiB more ({len(missing)} file(s) to send) and the filesystem "
+            f"has {free / GIB:.1f} GiB free",
+            "free space there, or set sglang_model_root to a filesystem with room (see sglang_model_keep_previous)",
+        )
+
+
 def model_access_problems(problems: HostProblems, settings: Mapping[str, Any], model: Mapping[str, Any]) -> None:
     """The model as the servers' account sees it: not hidden by the unit's sandbox, every file it opens readable."""
     path = settings["model_path"]

@@ -304,10 +304,42 @@ def service_access(path: str, user: str, group: str = "") -> dict[str, Any]:
     return facts
 
 
+def free_bytes(path: str) -> dict[str, Any]:
+    """The bytes free to root-owned files on the filesystem `path` is (or would be) on: of its nearest existing
+    ancestor."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing) and existing != "/":
+        existing = os.path.dirname(existing)
+    found = os.statvfs(existing)
+    return {"disk_path": existing, "disk_free_bytes": found.f_bavail * found.f_frsize}
+
+
+def revisions(path: str, link: str) -> dict[str, Any]:
+    """For a model kept as one directory per revision beside a stable link (`link`, e.g. <root>/<repo>/current):
+    where the link points, and every revision directory beside `path` with its modification time."""
+    parent = os.path.dirname(os.path.abspath(path))
+    found = []
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        names = []
+    for name in names:
+        candidate = os.path.join(parent, name)
+        if os.path.isdir(candidate) and not os.path.islink(candidate):
+            found.append({"path": candidate, "mtime": os.stat(candidate).st_mtime})
+    try:
+        target: str | None = os.readlink(link)
+    except OSError:
+        target = None
+    return {"link_target": target, "revisions": found}
+
+
 def model_facts(
-    path: str, checksums: Mapping[str, str], user: str = "", group: str = "", verified_file: str = ""
+    path: str, checksums: Mapping[str, str], user: str = "", group: str = "", verified_file: str = "", link: str = ""
 ) -> dict[str, Any]:
     """describe() (with the files verified earlier, as `verified_file` keeps them) and, for the servers' account `user`
-    (and `group`), service_access(): the plan's `model`."""
+    (and `group`), service_access(): the plan's `model`; the free space where it is (or goes); with `link`, the
+    revisions beside it (revisions())."""
     verified = read_verified(verified_file) if verified_file else {}
-    return {**describe(path, checksums, verified), **service_access(path, user, group)}
+    facts = {**describe(path, checksums, verified), **service_access(path, user, group), **free_bytes(path)}
+    return {**facts, **revisions(path, link)} if link else facts

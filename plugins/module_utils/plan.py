@@ -17,10 +17,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import (
+    checked_model,
     gpu_and_port_problems,
     memory_problems,
     model_access_problems,
     model_problems,
+    model_source_problems,
     value_problems,
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.instances import derive_instances, gpu_device
@@ -77,15 +79,17 @@ def plan_host(
         # Such a value must not reach a template, not even preflight's check-mode rendering (the server role's
         # preflight names its own variables).
         return {"instances": [], "problems": problems.lines}
+    model = checked_model(settings, facts.get("model") or {})
+    model_source_problems(problems, settings, facts.get("model") or {})
     gpu_ids = [int(gpu) for gpu in settings["gpu_ids"]] if settings["gpu_ids"] else detected
     instances = derive_instances(problems, settings, gpu_ids, facts.get("gpus") or [], support)
-    value_problems(problems, support, instances, facts.get("model") or {})
+    value_problems(problems, support, instances, model)
     devices = {gpu["index"]: gpu_device(gpu) for gpu in facts.get("gpus") or []}
     for instance in instances:
         # The device nodes the instance may open (its unit allows only these and the driver's shared ones).
         instance["gpu_devices"] = [devices[gpu] for gpu in instance["gpu_ids"] if devices.get(gpu)]
-    weight_bytes = model_problems(problems, settings, facts.get("model") or {}, instances, support)
-    model_access_problems(problems, settings, facts.get("model") or {})
-    memory_problems(problems, settings, facts, instances, weight_bytes)
+    weight_bytes = model_problems(problems, settings, model, instances, support)
+    model_access_problems(problems, settings, model)
+    memory_problems(problems, settings, {**facts, "model": model}, instances, weight_bytes)
     gpu_and_port_problems(problems, settings, facts, instances)
     return {"instances": instances, "problems": problems.lines, "reshape": reshape(instances, facts)}

@@ -83,6 +83,14 @@ options:
           - Empty reads every file to checksum.
         type: path
         default: ""
+      link:
+        description:
+          - For a model kept as one directory per revision (role sglang_model), the stable link beside them, e.g.
+            C(/srv/models/org--name/current): returns where it points (C(link_target)) and every revision directory
+            beside I(path) with its modification time (C(revisions)).
+          - Empty returns neither.
+        type: path
+        default: ""
 author: sglang-fleet
 """
 
@@ -145,7 +153,9 @@ model:
     The model directory: exists, config, architectures, mtp_layers, num_attention_heads, num_key_value_heads,
     hidden_size, max_position_embeddings, context_length, total_size, shard_bytes, shards,
     missing_shards, empty_shards, has_mtp_tensors, tensor_count, checksum_problems, verified (each checksummed file's
-    size, mtime_ns, inode and sha256, by path), hashed (the names read and hashed in this call); hidden_by
+    size, mtime_ns, inode and sha256, by path), hashed (the names read and hashed in this call); disk_path and
+    disk_free_bytes (the nearest existing directory of the path and the bytes free on its filesystem); with I(model.link),
+    link_target and revisions (path, mtime); hidden_by
     (the sandbox setting that hides the path from the service, or null), unreadable (one "path: reason" per file or
     directory the service account cannot read); with I(model.user), of an existing directory: read_as (the
     account checked, and how).
@@ -464,6 +474,7 @@ def main() -> None:
                     "user": {"type": "str", "default": ""},
                     "group": {"type": "str", "default": ""},
                     "verified_file": {"type": "path", "default": ""},
+                    "link": {"type": "path", "default": ""},
                 },
             },
         },
@@ -472,7 +483,9 @@ def main() -> None:
     model = module.params["model"]
     model_result = {}
     if model is not None:
-        model_result["model"] = model_facts(model["path"], model["sha256"], model["user"], model["group"], model["verified_file"])
+        model_result["model"] = model_facts(
+            model["path"], model["sha256"], model["user"], model["group"], model["verified_file"], model["link"]
+        )
     facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
     module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": gather(module.params["nvidia_smi"])}, **model_result)
 

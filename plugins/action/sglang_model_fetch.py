@@ -1,0 +1,84 @@
+"""Action plugin: bring a model source's locked files into the control node's cache, verified, as a snapshot directory.
+
+Runs on the control node only: no module runs on a host. Each file is checked against the lock file's size and SHA-256
+(plugin_utils/model_source.py); what cannot be brought to the lock is returned as `problems`, never a failed task, so
+the role reports it with its other preflight problems. The cache is the control node's own: check mode fetches too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe
+from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
+    LOCK_PLAYBOOK,
+    ModelSourceError,
+    fetch,
+    hide_progress_bars,
+    is_hub,
+    read_lock,
+    slug,
+    source_key,
+    source_problems,
+)
+
+ARGUMENT_SPEC: dict[str, Any] = {
+    "source": {"type": "dict", "required": True},
+    "lock_file": {"type": "path", "required": True},
+    "cache_dir": {"type": "path", "required": True},
+    "endpoint": {"type": "str", "default": ""},
+    "token": {"type": "str", "default": "", "no_log": True},
+}
+
+
+def locked_files(lock_file: str, key: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The lock entry's files for the key, and the problem (by the lock file's path) when there are none."""
+    try:
+        entry = read_lock(lock_file).get(key)
+    except ModelSourceError as error:
+        return {}, {lock_file: str(error)}
+    if not isinstance(entry, dict) or not isinstance(entry.get("files"), dict) or not entry["files"]:
+        return {}, {lock_file: f"no entry for {key}: run {LOCK_PLAYBOOK}"}
+    return dict(entry["files"]), {}
+
+
+def fetch_source(args: dict[str, Any]) -> dict[str, Any]:
+    """The task's result for validated arguments: the fetch, or the problems that kept it from starting."""
+    source = args["source"]
+    problems = source_problems(source)
+    if problems:
+        return {"changed": False, "problems": {"source": "; ".join(problems)}, "facts": {}}
+    key = source_key(source)
+    files, lock_problem = locked_files(args["lock_file"], key)
+    described = {"key": key, "slug": slug(source), "revision": str(source["revision"]), "files": files}
+    if lock_problem:
+        return {"changed": False, **described, "problems": lock_problem, "facts": {}}
+    if is_hub(source):
+        hide_progress_bars()
+    fetched = fetch(source, files, args["cache_dir"], args["endpoint"], args["token"])
+    return {
+        "changed": fetched.fetched_bytes > 0,
+        **described,
+        **dataclasses.asdict(fetched),
+        "facts": describe(fetched.snapshot, {}),
+    }
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]
+    """Arguments: `source` (a model source), `lock_file`, `cache_dir`, `endpoint`, `token`."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True  # it changes only the control node's cache, the same in check mode
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        try:
+            _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        except AnsibleActionFail as error:  # its message, without the task's arguments it would show (the token)
+            raise AnsibleActionFail(error.message) from None
+        result.update(fetch_source(args))
+        return result

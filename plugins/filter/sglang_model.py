@@ -1,0 +1,63 @@
+"""Ansible filters of a fetched model's names (plugins/plugin_utils/model_source.py): the directory a host serves it
+from and the name clients ask for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
+from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import slug
+
+LOCK_FIX = (
+    "fetch from the source the lock file was written from (sglang_model_endpoint, the revision), or, when the source "
+    "changed on purpose, write the lock again with playbooks/model-lock.yml and review its diff"
+)
+
+
+def sglang_model_dir(source: Mapping[str, Any], root: str) -> str:
+    """The host's directory of the source's revision: <root>/<org>--<name>/<revision>."""
+    return f"{root.rstrip('/')}/{slug(source)}/{source.get('revision', '')}"
+
+
+def sglang_model_name(source: Mapping[str, Any]) -> str:
+    """The name clients use for the model by default: the repository's name, or a local source's `name`; empty
+    without a source."""
+    if source.get("repo"):
+        return str(source["repo"]).rstrip("/").rsplit("/", 1)[-1]
+    return str(source.get("name") or "")
+
+
+def sglang_model_sha256(files: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """The lock file's SHA-256 by file name, as the plan's probe checks them."""
+    return {name: str(entry["sha256"]) for name, entry in files.items()}
+
+
+def sglang_model_problems(host: str, problems: Mapping[str, str], source: Mapping[str, Any]) -> list[str]:
+    """The fetch's problems (by file, or by the lock file) as preflight problem lines of `host`."""
+    return [
+        problem_line(host, "host", "sglang_model", dict(source), f"{name}: {cause}", LOCK_FIX)
+        for name, cause in sorted(problems.items())
+    ]
+
+
+def sglang_model_at_full_size(
+    names: list[str], source: Mapping[str, Any], verified: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Of the host's files `names` of the source's revision, those at least as long as the lock file says (so wrong,
+    not cut short), as the plan's probe found them (`model.verified`: by path, with its size)."""
+    sizes = {name: int((verified.get(f"{source['path']}/{name}") or {}).get("size", -1)) for name in names}
+    return [name for name in names if sizes[name] >= int(source["files"][name]["size"])]
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "sglang_model_dir": sglang_model_dir,
+            "sglang_model_at_full_size": sglang_model_at_full_size,
+            "sglang_model_name": sglang_model_name,
+            "sglang_model_problems": sglang_model_problems,
+            "sglang_model_sha256": sglang_model_sha256,
+        }

@@ -1,0 +1,107 @@
+"""A model from a Hugging Face-compatible server (olah, serving a generated repository: tests/mirror.py), through the
+role sglang_model: fetched once for the fleet, sent, verified, mended, refused when it differs from the lock file, and
+rolled to a new revision."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from fleet import Run, on_host, overlay_inventory, run_playbook, unit_property, unit_starts
+from mirror import start_mirror
+
+
+def fetches(run: Run) -> dict[str, dict[str, Any]]:
+    return {data["host"]: data["res"] for data in run.results() if data["task"].startswith("Fetch the model's files")}
+
+
+def host_digests(host: str, directory: str) -> dict[str, str]:
+    listing = on_host(host, "sh", "-c", f"cd {directory} && sha256sum -- * .gitattributes")
+    return {name: digest for digest, name in (line.split(maxsplit=1) for line in listing.splitlines())}
+
+
+def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_and_rolled(sandbox: Run, tmp_path: Path) -> None:
+    mirror = start_mirror()
+    first, second = mirror.commits
+    cache = tmp_path / "cache"
+    inventory = overlay_inventory(tmp_path)
+    lock_file = inventory / "model-lock.yml"
+
+    def settings(commit: str) -> dict[str, Any]:
+        return {
+            "sglang_model_path": "",
+            "sglang_model": {"repo": mirror.repo, "revision": commit},
+            "sglang_model_endpoint": mirror.endpoint,
+            "sglang_model_cache_dir": str(cache),
+        }
+
+    root = f"/srv/models/{mirror.repo.replace('/', '--')}"
+    try:
+        for commit in (first, second):
+            locked = run_playbook("playbooks/model-lock.yml", inventory=inventory, extravars=settings(commit))
+            assert locked.rc == 0, locked.failure_messages()
+        lock = yaml.safe_load(lock_file.read_text())["models"]
+        files = lock[f"{mirror.repo}@{first}"]["files"]
+        wanted = {name: entry["sha256"] for name, entry in files.items()}
+
+        # Two hosts, one download: one host's task fetched every byte, the other found them in the cache (in check
+        # mode: the cache is the control node's; the hosts are left as they are).
+        checked = run_playbook("deploy.yml", inventory=inventory, extravars=settings(first), cmdline="--check")
+        assert checked.rc == 0, checked.failure_messages()
+        fetched = sorted(result["fetched_bytes"] for result in fetches(checked).values())
+        assert fetched == [0, sum(entry["size"] for entry in files.values())]
+        assert on_host("b200", "ls", "/srv/models").split() == ["Qwen3.6-27B"]
+        deployed = run_playbook("deploy.yml", inventory=inventory, extravars=settings(first), limit="ct129")
+        assert deployed.rc == 0, deployed.failure_messages()
+        assert sum(result["fetched_bytes"] for result in fetches(deployed).values()) == 0
+        assert host_digests("ct129", f"{root}/{first}") == wanted
+        assert f"{root}/{first}" in unit_property("ct129", "sglang-30000.service", "ExecStart")
+        assert on_host("ct129", "readlink", f"{root}/current").strip() == f"{root}/{first}"
+
+        # A shard changed in place and another cut short on ct129 (an interrupted transfer), a blob of the control
+        # node's cache corrupted: the next deploy fetches the blob again, sends the two shards and restarts nothing.
+        shard_one, shard_two = (
+            f"{root}/{first}/model-00001-of-00002.safetensors",
+            f"{root}/{first}/model-00002-of-00002.safetensors",
+        )
+        on_host(
+            "ct129",
+            "sh",
+            "-c",
+            f"printf X | dd of={shard_one} bs=1 seek=4096 conv=notrunc status=none; truncate -s 1000 {shard_two}",
+        )
+        blob = cache / "blobs" / wanted["config.json"]
+        blob.chmod(0o644)
+        blob.write_bytes(b"{" + b" " * (files["config.json"]["size"] - 2) + b"}")
+        before = unit_starts("ct129")
+        mended = run_playbook("deploy.yml", inventory=inventory, extravars=settings(first), limit="ct129")
+        assert mended.rc == 0, mended.failure_messages()
+        assert fetches(mended)["ct129"]["fetched"] == ["config.json"]
+        assert host_digests("ct129", f"{root}/{first}") == wanted
+        assert unit_starts("ct129") == before
+        assert [task for _, task, _ in mended.changed() if task.startswith("Send")] == ["Send the files the host lacks"]
+
+        # The source's file differs from the lock file: preflight names it, and nothing changes.
+        original = lock_file.read_text()
+        entry = lock[f"{mirror.repo}@{second}"]["files"]["generation_config.json"]
+        lock_file.write_text(original.replace(entry["sha256"], hashlib.sha256(b"another").hexdigest()))
+        refused = run_playbook("deploy.yml", inventory=inventory, extravars=settings(second), limit="ct129")
+        lock_file.write_text(original)
+        assert refused.rc != 0
+        message = "\n".join(refused.failure_messages())
+        assert "ct129 host: sglang_model=" in message and "generation_config.json" in message, message
+        assert unit_starts("ct129") == before and on_host("ct129", "ls", root).split() == [first, "current"]
+
+        # A new revision: sent beside the old one (kept for rollback), the instance restarted onto it.
+        rolled = run_playbook("deploy.yml", inventory=inventory, extravars=settings(second), limit="ct129")
+        assert rolled.rc == 0, rolled.failure_messages()
+        assert f"{root}/{second}" in unit_property("ct129", "sglang-30000.service", "ExecStart")
+        assert on_host("ct129", "readlink", f"{root}/current").strip() == f"{root}/{second}"
+        assert sorted(on_host("ct129", "ls", root).split()) == sorted([first, second, "current"])
+        assert unit_starts("ct129") != before
+    finally:
+        restored = run_playbook("deploy.yml", limit="ct129")
+        on_host("ct129", "rm", "-rf", root)
+    assert restored.rc == 0, restored.failure_messages()

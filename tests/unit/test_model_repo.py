@@ -1,0 +1,135 @@
+"""The generated test model (tests/fixtures/model_repo.py): deterministic, valid safetensors, a complete Qwen3.5 layout
+with MTP as model_facts sees it, and a git repository whose commits are the same everywhere."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe
+from fixtures.model_repo import ARCHITECTURE, REPO_ID, SHARDS, build_repo, create_git_repo
+from mirror import parse, start_mirror
+
+# The commits create_git_repo makes: fixed content, identity and dates give the same SHAs on every machine.
+COMMITS = ["a82506a6dd34cec37d9cd2d6a08c99e577d09853", "ab131df683199c3fb1c581b5b82f681832a7abed"]
+DTYPE_BYTES = {"BF16": 2}
+FILES = {"config.json", "generation_config.json", "tokenizer_config.json", "model.safetensors.index.json", *SHARDS}
+
+
+def digests(path: Path) -> dict[str, str]:
+    return {file.name: hashlib.sha256(file.read_bytes()).hexdigest() for file in sorted(path.iterdir()) if file.is_file()}
+
+
+def read_safetensors(path: Path) -> tuple[dict[str, Any], int, int]:
+    """The header of a safetensors file, where its data starts and how many data bytes follow."""
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header: dict[str, Any] = json.loads(raw[8 : 8 + length])
+    return header, 8 + length, len(raw) - 8 - length
+
+
+@pytest.fixture(scope="module")
+def revisions(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    built = {}
+    for revision in (1, 2):
+        built[revision] = tmp_path_factory.mktemp(f"revision{revision}")
+        build_repo(built[revision], revision)
+    return built
+
+
+def test_the_files_are_the_same_on_every_run(revisions: dict[int, Path], tmp_path: Path) -> None:
+    build_repo(tmp_path, 1)
+    assert set(digests(tmp_path)) == FILES
+    assert digests(tmp_path) == digests(revisions[1])
+
+
+def test_revision_2_changes_one_shard_and_generation_config(revisions: dict[int, Path]) -> None:
+    first, second = digests(revisions[1]), digests(revisions[2])
+    assert {name for name in FILES if first[name] != second[name]} == {SHARDS[1], "generation_config.json"}
+
+
+def test_a_revision_other_than_1_or_2_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="revision must be 1 or 2"):
+        build_repo(tmp_path, 3)
+
+
+@pytest.mark.parametrize("revision", [1, 2])
+@pytest.mark.parametrize("shard", SHARDS)
+def test_each_shard_is_a_valid_safetensors_file(revisions: dict[int, Path], revision: int, shard: str) -> None:
+    header, data_start, data_bytes = read_safetensors(revisions[revision] / shard)
+    assert data_start % 8 == 0
+    assert header.pop("__metadata__") == {"format": "pt"}
+    end = 0
+    for name, tensor in sorted(header.items(), key=lambda item: int(item[1]["data_offsets"][0])):
+        begin, stop = tensor["data_offsets"]
+        assert begin == end, f"{name} does not follow the tensor before it"
+        assert stop - begin == math.prod(tensor["shape"]) * DTYPE_BYTES[tensor["dtype"]], name
+        end = stop
+    assert end == data_bytes
+
+
+def test_the_index_covers_every_tensor_and_totals_their_bytes(revisions: dict[int, Path]) -> None:
+    index = json.loads((revisions[1] / "model.safetensors.index.json").read_text())
+    in_shards, total = {}, 0
+    for shard in SHARDS:
+        header, _, data_bytes = read_safetensors(revisions[1] / shard)
+        header.pop("__metadata__")
+        in_shards.update(dict.fromkeys(header, shard))
+        total += data_bytes
+    assert index["weight_map"] == in_shards
+    assert index["metadata"]["total_size"] == total
+
+
+@pytest.mark.parametrize("revision", [1, 2])
+def test_model_facts_sees_a_complete_qwen3_5_with_mtp(revisions: dict[int, Path], revision: int) -> None:
+    facts = describe(str(revisions[revision]), {})
+    assert facts["architectures"] == [ARCHITECTURE]
+    assert facts["mtp_layers"] >= 1
+    assert facts["has_mtp_tensors"] is True
+    assert facts["shards"] == len(SHARDS)
+    assert facts["missing_shards"] == []
+    assert facts["empty_shards"] == []
+    assert facts["shard_bytes"] >= facts["total_size"] > 0
+    assert (facts["num_attention_heads"], facts["num_key_value_heads"], facts["hidden_size"]) == (4, 2, 64)
+
+
+def test_the_config_has_the_real_checkpoints_keys(revisions: dict[int, Path]) -> None:
+    real = json.loads((Path(__file__).resolve().parent.parent / "fixtures/models/Qwen3.6-27B/config.json").read_text())
+    generated = json.loads((revisions[1] / "config.json").read_text())
+    assert generated.keys() == real.keys()
+    for nested in ("text_config", "vision_config"):
+        assert generated[nested].keys() == real[nested].keys()
+    assert len(generated["text_config"]["layer_types"]) == generated["text_config"]["num_hidden_layers"]
+
+
+def test_the_scripts_lines_parse() -> None:
+    output = 'MODEL_MIRROR_ENDPOINT=http://127.0.0.1:18090\nMODEL_MIRROR_REPO=a/b\nMODEL_MIRROR_COMMITS="1 2"\n'
+    mirror = parse(output)
+    assert (mirror.endpoint, mirror.repo, mirror.commits) == ("http://127.0.0.1:18090", "a/b", ("1", "2"))
+    with pytest.raises(ValueError, match="MODEL_MIRROR_COMMITS"):
+        parse("MODEL_MIRROR_ENDPOINT=x\nMODEL_MIRROR_REPO=a/b\n")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_the_git_repository_has_the_same_commits_everywhere(revisions: dict[int, Path], tmp_path: Path) -> None:
+    start_mirror()  # installs git-lfs where it is absent
+    assert create_git_repo(tmp_path) == {"repo": REPO_ID, "commits": COMMITS}
+    assert create_git_repo(tmp_path) == {"repo": REPO_ID, "commits": COMMITS}  # from scratch again
+    repo = tmp_path / "models" / REPO_ID
+    assert git(repo, "rev-parse", "--is-bare-repository") == "false"
+    assert git(repo, "rev-list", "v1") == COMMITS[0]
+    assert git(repo, "status", "--porcelain") == ""
+    assert digests(repo) == {**digests(revisions[2]), ".gitattributes": digests(repo)[".gitattributes"]}
+    for commit, revision in zip(COMMITS, (1, 2), strict=True):
+        for shard in SHARDS:
+            pointer = git(repo, "cat-file", "blob", f"{commit}:{shard}")
+            assert f"oid sha256:{digests(revisions[revision])[shard]}" in pointer.splitlines()
