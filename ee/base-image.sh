@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The execution environment's base image (scripts/ee-image.sh): Debian bookworm from debootstrap, with Python, its
-# pip (which ansible-builder uses; Debian turns ensurepip off for its Python) and venv, and the ssh client. No container
+# pip (which ansible-builder uses; Debian turns ensurepip off for its Python) and venv, the ssh client, and rsync
+# (role sglang_model sends the model's files with it). No container
 # registry is reachable here, so the image is built locally and cached: its tag is a hash of this recipe and of the
 # certificate authorities this machine added (a proxy's, a company's), which the image trusts too: pip needs them
 # during the build, and so do the playbooks' downloads on the control node at run time. Prints the image reference.
 set -euo pipefail
 
-readonly PACKAGES=python3,python3-pip,python3-venv,openssh-client,ca-certificates
+readonly PACKAGES=python3,python3-pip,python3-venv,openssh-client,rsync,ca-certificates
 readonly SUITE=bookworm
 readonly REPOSITORY=sglang-fleet-ee-base
 readonly LOCAL_CAS=/usr/local/share/ca-certificates

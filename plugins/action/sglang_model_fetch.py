@@ -14,6 +14,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe
 from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
+    ARGUMENT_SPEC as SOURCE_ARGUMENT_SPEC,
+)
+from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
     LOCK_PLAYBOOK,
     ModelSourceError,
     fetch,
@@ -25,13 +28,7 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
     source_problems,
 )
 
-ARGUMENT_SPEC: dict[str, Any] = {
-    "source": {"type": "dict", "required": True},
-    "lock_file": {"type": "path", "required": True},
-    "cache_dir": {"type": "path", "required": True},
-    "endpoint": {"type": "str", "default": ""},
-    "token": {"type": "str", "default": "", "no_log": True},
-}
+ARGUMENT_SPEC: dict[str, Any] = {**SOURCE_ARGUMENT_SPEC, "cache_dir": {"type": "path", "required": True}}
 
 
 def locked_files(lock_file: str, key: str) -> tuple[dict[str, Any], dict[str, str]]:

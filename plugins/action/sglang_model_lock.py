@@ -12,6 +12,9 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
+    ARGUMENT_SPEC as SOURCE_ARGUMENT_SPEC,
+)
+from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
     ModelSourceError,
     hide_progress_bars,
     is_commit,
@@ -25,12 +28,7 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
     write_lock,
 )
 
-ARGUMENT_SPEC: dict[str, Any] = {
-    "source": {"type": "dict", "required": True},
-    "lock_file": {"type": "path", "required": True},
-    "endpoint": {"type": "str", "default": ""},
-    "token": {"type": "str", "default": "", "no_log": True},
-}
+ARGUMENT_SPEC = SOURCE_ARGUMENT_SPEC
 
 
 def pinned_source(source: dict[str, Any], endpoint: str, token: str) -> dict[str, Any]:

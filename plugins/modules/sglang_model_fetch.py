@@ -39,14 +39,7 @@ options:
     description: The cache on the control node; blobs, the verified memo and the snapshots live under it.
     type: path
     required: true
-  endpoint:
-    description: The Hub's address, for a mirror or a Hugging Face-compatible server; empty for huggingface_hub's default.
-    type: str
-    default: ""
-  token:
-    description: A Hub token for a private or gated repository; empty for huggingface_hub's own (HF_TOKEN or a login).
-    type: str
-    default: ""
+extends_documentation_fragment: [sglang.fleet.model_source]
 author: sglang-fleet
 """
 

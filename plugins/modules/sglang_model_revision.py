@@ -66,10 +66,14 @@ def check(path: str, sha256: Mapping[str, str], verified_file: str) -> dict[str,
     """describe()'s checksum part: the problems by file, what was hashed, and the record with these files added."""
     known = read_verified(verified_file)
     facts = describe(path, sha256, known)
+    problems = {name: "SHA-256 differs from the lock file" if "differs" in problem else problem
+                for name, problem in (facts.get("checksum_problems") or {}).items()}  # fmt: skip
+    # The record keeps files that exist: a revision removed since (pruned) leaves no entries behind.
+    record = {file: entry for file, entry in {**known, **facts.get("verified", {})}.items() if os.path.exists(file)}
     return {
-        "problems": facts["checksum_problems"] if facts["exists"] else {"": f"{path} is missing"},
+        "problems": problems if facts["exists"] else {"": f"{path} is missing"},
         "hashed": facts.get("hashed", []),
-        "record": {**known, **facts.get("verified", {})},
+        "record": record,
     }
 
 

@@ -52,6 +52,15 @@ BLOCK = 1 << 20
 DIFFERS_FROM_LOCK = f"the source's file differs from the lock file: update the lock ({LOCK_PLAYBOOK}) if the change is intended"
 
 
+# The arguments both action plugins take (sglang_model_lock; sglang_model_fetch adds its cache_dir).
+ARGUMENT_SPEC: dict[str, Any] = {
+    "source": {"type": "dict", "required": True},
+    "lock_file": {"type": "path", "required": True},
+    "endpoint": {"type": "str", "default": ""},
+    "token": {"type": "str", "default": "", "no_log": True},
+}
+
+
 class LockedFile(TypedDict):
     """One file of a lock entry."""
 

@@ -1,0 +1,142 @@
+"""A model the role sglang_model fetches (sglang_model): the plan's checks of the control node's copy and of the host's
+room, the names the role derives, and the host module that checks a revision and switches the stable link."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_collections.sglang.fleet.plugins.filter.sglang_model import (
+    sglang_model_at_full_size,
+    sglang_model_dir,
+    sglang_model_name,
+    sglang_model_problems,
+)
+from ansible_collections.sglang.fleet.plugins.modules import sglang_model_revision as revision
+
+Plan = Callable[..., dict[str, Any]]
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+SOURCE = {"repo": "Qwen/Qwen3.6-27B", "revision": COMMIT}
+PATH = f"/srv/models/Qwen--Qwen3.6-27B/{COMMIT}"
+GIB = 1024**3
+
+
+def fetched(model_facts: dict[str, Any]) -> dict[str, Any]:
+    """sglang_model_source as the role's preflight publishes it: the lock's files (the stand-in's 11 shards) and the
+    control node's copy."""
+    files = {f"model-{n:05d}-of-00011.safetensors": {"size": 5 * GIB, "sha256": "0" * 64} for n in range(1, 12)}
+    return {"name": "Qwen3.6-27B", "path": PATH, "files": files, "facts": model_facts}
+
+
+@pytest.fixture
+def plan(support_tables: list[dict[str, Any]]) -> Plan:
+    """The plan of ct129 with the host's own reading of the model directory `on_host`."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
+    from conftest import host_facts, plan_settings
+
+    def run(on_host: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+        result: dict[str, Any] = sglang_plan(plan_settings("ct129", **overrides), host_facts("ct129", on_host), support_tables)
+        return result
+
+    return run
+
+
+def sourced(plan: Plan, model_facts: dict[str, Any], on_host: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    settings = {"sglang_model": SOURCE, "sglang_model_path": "", "sglang_model_source": fetched(model_facts), **overrides}
+    return plan(on_host, **settings)
+
+
+def test_the_plan_checks_the_control_nodes_copy_while_the_host_has_none(plan: Plan, model_facts: dict[str, Any]) -> None:
+    result = sourced(plan, model_facts, {"path": PATH, "exists": False, "disk_path": "/srv", "disk_free_bytes": 100 * GIB})
+    assert result["problems"] == []
+    [instance] = result["instances"]
+    assert instance["model_path"] == PATH and instance["served_model_name"] == "Qwen3.6-27B"
+    assert instance["argv"][instance["argv"].index("--model-path") + 1] == PATH
+
+
+def test_a_model_that_does_not_fit_is_refused_before_a_byte_is_sent(plan: Plan, model_facts: dict[str, Any]) -> None:
+    result = sourced(
+        plan, model_facts, {"path": PATH, "exists": False, "disk_free_bytes": 100 * GIB}, sglang_tensor_parallel_size=1
+    )
+    assert any("short by" in line for line in result["problems"]), result["problems"]
+
+
+def test_a_host_without_room_for_the_missing_files_is_a_problem(plan: Plan, model_facts: dict[str, Any]) -> None:
+    on_host = {
+        "path": PATH,
+        "exists": True,
+        "checksum_problems": {"model-00001-of-00011.safetensors": "file to checksum is missing"},
+        "disk_path": "/srv",
+        "disk_free_bytes": 2 * GIB,
+    }
+    [line] = sourced(plan, model_facts, on_host)["problems"]
+    assert line.startswith('ct129 host: sglang_model_root="/srv": the model\'s revision needs 5.0 GiB more (1 file(s) to send)')
+    assert "has 2.0 GiB free" in line
+    assert sourced(plan, model_facts, {**on_host, "disk_free_bytes": 6 * GIB})["problems"] == []
+
+
+def test_the_hosts_view_of_access_is_kept_and_both_ways_of_naming_the_model_are_refused(
+    plan: Plan, model_facts: dict[str, Any]
+) -> None:
+    hidden = {"path": PATH, "exists": False, "disk_free_bytes": 100 * GIB, "hidden_by": "ProtectHome=yes hides /home"}
+    assert any("the servers cannot see it" in line for line in sourced(plan, model_facts, hidden)["problems"])
+    both = sourced(plan, model_facts, {"path": PATH, "exists": False}, sglang_model_path="/srv/models/Qwen3.6-27B")
+    assert any("sglang_model_path" in line and "set together with sglang_model" in line for line in both["problems"])
+
+
+def test_names_derived_from_the_source() -> None:
+    assert sglang_model_dir(SOURCE, "/srv/models/") == PATH
+    assert sglang_model_name(SOURCE) == "Qwen3.6-27B"
+    assert sglang_model_name({"src": "/data/q", "name": "Q", "revision": "2026-11-30"}) == "Q"
+    assert sglang_model_name({}) == ""
+    [line] = sglang_model_problems("ct129", {"config.json": "SHA-256 differs"}, SOURCE)
+    assert line.startswith('ct129 host: sglang_model={"repo": "Qwen/Qwen3.6-27B"') and "config.json: SHA-256 differs" in line
+
+
+def test_only_a_file_at_its_full_size_is_wrong_a_shorter_one_is_resumed() -> None:
+    source = {"path": "/m", "files": {"a": {"size": 10}, "b": {"size": 10}, "c": {"size": 10}}}
+    verified = {"/m/a": {"size": 10}, "/m/b": {"size": 4}}
+    assert sglang_model_at_full_size(["a", "b", "c"], source, verified) == ["a"]
+
+
+def write(directory: Path, name: str, content: bytes) -> str:
+    (directory / name).write_bytes(content)
+    return hashlib.sha256(content).hexdigest()
+
+
+def test_the_revision_is_checked_remembered_and_the_link_switched_in_one_rename(tmp_path: Path) -> None:
+    directory = tmp_path / "rev"
+    directory.mkdir()
+    wanted = {"config.json": write(directory, "config.json", b"{}"), "w.safetensors": write(directory, "w.safetensors", b"x" * 9)}
+    record = str(tmp_path / "verified.json")
+    found = revision.check(str(directory), wanted, record)
+    assert found["problems"] == {} and sorted(found["hashed"]) == ["config.json", "w.safetensors"]
+    revision.write_record(record, found["record"])
+    assert revision.check(str(directory), wanted, record)["hashed"] == []
+    (directory / "w.safetensors").write_bytes(b"y" * 9)
+    os.utime(directory / "w.safetensors", ns=(1, 1))
+    assert revision.check(str(directory), wanted, record)["problems"] == {"w.safetensors": "SHA-256 differs from the lock file"}
+    (tmp_path / "gone").write_bytes(b"")
+    revision.write_record(record, {**found["record"], str(tmp_path / "gone"): {"size": 0}})
+    (tmp_path / "gone").unlink()
+    assert str(tmp_path / "gone") not in revision.check(str(directory), wanted, record)["record"]
+    assert revision.check(str(tmp_path / "absent"), wanted, record)["problems"] == {"": f"{tmp_path / 'absent'} is missing"}
+
+    link = str(tmp_path / "current")
+    revision.switch_link(link, str(tmp_path / "old"))
+    revision.switch_link(link, str(directory))
+    assert os.readlink(link) == str(directory)
+    assert sorted(os.listdir(tmp_path)) == ["current", "rev", "verified.json"]
+
+
+@pytest.mark.parametrize("free", [0, 10**15])
+def test_free_bytes_are_those_of_the_nearest_existing_directory(tmp_path: Path, free: int) -> None:
+    from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import free_bytes
+
+    found = free_bytes(str(tmp_path / "not" / "yet"))
+    assert found["disk_path"] == str(tmp_path) and isinstance(found["disk_free_bytes"], int)
+    assert (found["disk_free_bytes"] > free) == (free == 0)
