@@ -197,11 +197,11 @@ def checked_model(settings: Mapping[str, Any], on_host: Mapping[str, Any]) -> Ma
 def model_source_problems(problems: HostProblems, settings: Mapping[str, Any], on_host: Mapping[str, Any]) -> None:
     """Both ways of naming the model set; for a fetched model, the room its missing files need where they go."""
     source = settings.get("model_source") or {}
-    if settings.get("model_path_set") and settings.get("model_sourced"):
+    if settings.get("model_path_given") and settings.get("model_sourced"):
         problems.add(
             "host",
             "sglang_model_path",
-            settings["model_path"],
+            settings["model_path_given"],
             "set together with sglang_model, which derives the model directory itself",
             "remove sglang_model_path (or sglang_model, to keep managing the files by hand)",
         )

@@ -24,10 +24,9 @@ def mtp_layers(config: Mapping[str, Any]) -> int:
 
 def has_mtp_tensors(tensor_names: Iterable[str], num_hidden_layers: Any = None) -> bool:
     """True when the checkpoint lists draft-layer tensors where SGLang's loaders take them from:
-    `mtp.*` or `<prefix>.mtp.*` (Qwen3.5's MTP, sglang/srt/models/qwen3_5_mtp.py), or the layer after
-    the last one, `model.layers.<num_hidden_layers>.*` (DeepSeek's NextN, deepseek_nextn.py)."""
+    `mtp.*` or `<prefix>.mtp.*` (Qwen3.5's MTP, sglang/srt/models/qwen3_5_mtp.py), `model.mtp_layers.*`
+    (MiMo's, mimo_mtp.py), or the layer after the last one, `model.layers.<num_hidden_layers>.*` (DeepSeek's
+    NextN, deepseek_nextn.py)."""
     extra_layer = f"model.layers.{num_hidden_layers}." if isinstance(num_hidden_layers, int) else None
-    return any(
-        name.startswith("mtp.") or ".mtp." in name or bool(extra_layer and name.startswith(extra_layer))
-        for name in tensor_names
-    )
+    prefixes = ("mtp.", "model.mtp_layers.", *([extra_layer] if extra_layer else []))
+    return any(name.startswith(prefixes) or ".mtp." in name for name in tensor_names)

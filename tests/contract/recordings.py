@@ -12,7 +12,11 @@ Two layouts are read, so a new folder is picked up without code changes:
   exchanges (``url``, ``method``, ``request``, ``status``, ``headers``, ``body``), and ``summary.json`` (the
   SIGTERM exit status of each served tag, and ``stages.failures.<tag>`` for launches that must fail).
 
-Every log starts with a ``# cmd:`` line: the launch command the simulator is started with.
+Every log starts with a ``# cmd:`` line: the launch command the simulator is started with. The simulator gets a
+stand-in model (config and index, sparse shards); when the folder has ``models/listing.json`` (written by
+tests/hardware/nextn_without_mtp.py: each generated model's ``config.json`` and ``model.safetensors.index.json``), the
+stand-in of a model named there copies its config and tensor names, so the simulator sees the checkpoint real SGLang
+saw (an MTP layer or none).
 """
 
 from __future__ import annotations
@@ -92,6 +96,15 @@ def _replace_value(args: list[str], flag: str, value: str | None) -> list[str]:
         else:
             out.append(word)
     return out
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    for index, word in enumerate(args):
+        if word == flag and index + 1 < len(args):
+            return args[index + 1]
+        if word.startswith(flag + "="):
+            return word[len(flag) + 1 :]
+    return None
 
 
 @dataclass
@@ -183,6 +196,11 @@ class Scenario:
         return match.group(1) if match else "Qwen3ForCausalLM"
 
     @property
+    def recorded_model(self) -> dict[str, Any] | None:
+        """The launched model's recorded config and index (``models/listing.json``), when the folder has them."""
+        return self.recording.model_listing.get(Path(_flag_value(self.args, "--model-path") or "").name)
+
+    @property
     def model_type(self) -> str:
         for exchange in self.exchanges:
             if exchange.path == "/model_info" and isinstance(exchange.json, dict):
@@ -235,6 +253,13 @@ class Recording:
     def summary(self) -> dict[str, Any]:
         path = self.path / "summary.json"
         data: dict[str, Any] = _json(path) if path.exists() else {}
+        return data
+
+    @cached_property
+    def model_listing(self) -> dict[str, dict[str, Any]]:
+        """``models/listing.json``: per model directory name, its ``config.json`` and index as JSON text."""
+        path = self.path / "models" / "listing.json"
+        data: dict[str, dict[str, Any]] = _json(path) if path.exists() else {}
         return data
 
     def _log_path(self, key: str) -> Path | None:
@@ -428,6 +453,22 @@ class Workspace:
         version = self.recording.version
         return {"SGLANG_SIM_VERSION": version} if version in simulator_versions() else {}
 
+    def recorded_model(self, name: str, listing: dict[str, Any]) -> Path:
+        """The stand-in of a recorded model: its config.json and tensor names, sparse shards of WEIGHTS_BYTES."""
+        directory = self.tmp / f"recorded-{name}"
+        if directory.exists():
+            return directory
+        directory.mkdir(parents=True)
+        (directory / "config.json").write_text(listing["config.json"])
+        weight_map: dict[str, str] = json.loads(listing["model.safetensors.index.json"])["weight_map"]
+        index = {"metadata": {"total_size": WEIGHTS_BYTES}, "weight_map": weight_map}
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+        shards = sorted(set(weight_map.values()))
+        for shard in shards:
+            with (directory / shard).open("wb") as fh:
+                fh.truncate(WEIGHTS_BYTES // len(shards))  # sparse
+        return directory
+
     def model(self, architecture: str, model_type: str) -> Path:
         directory = self.tmp / f"model-{architecture}"
         if directory.exists():
@@ -459,8 +500,11 @@ class Workspace:
             fh.truncate(WEIGHTS_BYTES)  # sparse
         return directory
 
-    def argv(self, args: list[str], architecture: str, model_type: str, port: int) -> list[str]:
-        model = str(self.model(architecture, model_type))
+    def argv(
+        self, args: list[str], architecture: str, model_type: str, port: int, recorded: dict[str, Any] | None = None
+    ) -> list[str]:
+        name = Path(_flag_value(args, "--model-path") or "model").name
+        model = str(self.recorded_model(name, recorded) if recorded else self.model(architecture, model_type))
         out = list(args)
         for flag in ("--model-path", "--speculative-draft-model-path", "--tokenizer-path"):
             if flag in out or any(a.startswith(flag + "=") for a in out):
@@ -492,7 +536,7 @@ class Replay:
     log: str = ""
 
 
-def _poll_health(port: int, proc: subprocess.Popen[str], timeout: float) -> dict[str, list[tuple[int | str, str]]]:
+def poll_health(port: int, proc: subprocess.Popen[str], timeout: float) -> dict[str, list[tuple[int | str, str]]]:
     """Every change of the answers of /health and /health_generate until both answer 200."""
     seen: dict[str, list[tuple[int | str, str]]] = {"/health": [], "/health_generate": []}
     done: set[str] = set()
@@ -511,13 +555,13 @@ def _poll_health(port: int, proc: subprocess.Popen[str], timeout: float) -> dict
     return seen
 
 
-def replay(scenario: Scenario, workspace: Workspace) -> Replay:
+def replay(scenario: Scenario, workspace: Workspace, **extra_env: str) -> Replay:
     port = free_port()
-    argv = workspace.argv(scenario.args, scenario.architecture, scenario.model_type, port)
-    proc = workspace.launch(argv)
+    argv = workspace.argv(scenario.args, scenario.architecture, scenario.model_type, port, scenario.recorded_model)
+    proc = workspace.launch(argv, **extra_env)
     out = Replay(scenario)
     try:
-        out.health = _poll_health(port, proc, timeout=30)
+        out.health = poll_health(port, proc, timeout=30)
         for stage in scenario.server_info:
             if stage == "before":
                 out.server_info[stage] = request(port, "GET", "/server_info")

@@ -183,8 +183,15 @@ def test_rollout_verify_reads_real_answers(scenario: Scenario) -> None:
 
     clock = iter(range(1000))
     host = sglang_rollout.Host(get_json=get_json, sleep=lambda s: None, clock=lambda: float(next(clock)))
-    summary = sglang_rollout.verify(host, instance, probe_tokens=256, min_accept=1.0)
     tokens = answers["generate"]["meta_info"]["completion_tokens"]
+    accept = answers["server_info"][-1]["internal_states"][0].get("avg_spec_accept_length")
+    if instance["speculative"]["reported_algorithm"] and accept is not None and accept <= 1.0:
+        # A draft that accepts nothing (NEXTN/EAGLE on a checkpoint without its MTP layer, recorded in
+        # sglang-0.5.17-h200-nextn-without-mtp/): real SGLang serves, the rollout must refuse it.
+        with pytest.raises(sglang_rollout.RolloutError, match=r"is not above 1\.0: speculative decoding does not help"):
+            sglang_rollout.verify(host, instance, probe_tokens=256, min_accept=1.0)
+        return
+    summary = sglang_rollout.verify(host, instance, probe_tokens=256, min_accept=1.0)
     assert summary.startswith(f"{tokens} tokens"), summary
     if instance["speculative"]["reported_algorithm"]:
         accept = answers["server_info"][-1]["internal_states"][0]["avg_spec_accept_length"]

@@ -12,6 +12,9 @@ classic HF layout SGLang's loaders read; a `model.safetensors.index.json` lists 
                                          MTP input_proj is [0 | I], so the MTP draft computes the target's greedy next
                                          token: under temperature 0 every draft token is accepted (accept length 4.0
                                          with 3 steps); at temperature 1.0 the draft mostly fails
+  mimo_no_mtp OUT                        the same MiMoForCausalLM target (same weights) WITHOUT its MTP layer: no
+                                         `model.mtp_layers.*` tensors, no `num_nextn_predict_layers` in config.json
+                                         (a MiMo-style checkpoint that lost its MTP layer)
 
 Random fp16 weights (seed 0), config dtype bfloat16. The tokenizer is a 512-token byte-level BPE trained in-process
 with a ChatML chat template.
@@ -37,7 +40,7 @@ CHAT_TEMPLATE = (
 )
 VOCAB = 1024  # >= the tokenizer's 512; padded like real checkpoints
 HIDDEN, INTER, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 256, 512, 2, 4, 2, 64
-ARCHES = ("qwen3", "mimo_mtp_agree")
+ARCHES = ("qwen3", "mimo_mtp_agree", "mimo_no_mtp")
 
 
 class Weights:
@@ -119,19 +122,20 @@ def write_config(arch: str, out: str, tok: Tokenizer) -> None:
         cfg: Any = Qwen3Config(head_dim=HEAD_DIM, architectures=["Qwen3ForCausalLM"], **common)
     else:
         cfg = Qwen2Config(architectures=["MiMoForCausalLM"], **common)  # head_dim = hidden / heads = 64
-        cfg.num_nextn_predict_layers = 1
+        if arch == "mimo_mtp_agree":
+            cfg.num_nextn_predict_layers = 1
     cfg.dtype = "bfloat16"
     cfg.save_pretrained(out)
 
 
 def write_weights(arch: str, out: str) -> None:
-    mimo = arch == "mimo_mtp_agree"
+    mimo = arch in ("mimo_mtp_agree", "mimo_no_mtp")
     w = Weights(agree=mimo, qk_norm=not mimo, bias=mimo)
     main: Tensors = {"model.embed_tokens.weight": w.normal(VOCAB, HIDDEN), "model.norm.weight": w.ones(HIDDEN)}
     for i in range(LAYERS):
         main.update(w.layer(f"model.layers.{i}"))
     files = {"model.safetensors": main}
-    if mimo:  # MiMoMTP.load_weights reads model.mtp_layers.0.* (as model.mtp_block.*)
+    if arch == "mimo_mtp_agree":  # MiMoMTP.load_weights reads model.mtp_layers.0.* (as model.mtp_block.*)
         p = "model.mtp_layers.0"
         identity = np.concatenate([np.zeros((HIDDEN, HIDDEN)), np.eye(HIDDEN)], 1).astype(np.float16)
         mtp: Tensors = {

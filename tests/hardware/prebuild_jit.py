@@ -5,6 +5,9 @@ the header-only ones this run's models reach on an H200 (bf16, hidden 256, head_
 attention backend): KV-cache store, RMSNorm, fused add-RMSNorm, QK-norm (Qwen3), SiLU-and-mul, RoPE. A kernel
 built with arguments the server does not use is merely unused; one it needs and does not find compiles on the GPU.
 Loading a built module may fail here (no driver); the built file stays in the cache.
+
+With arguments, only the kernels at those positions of the list (0-based) are built: several processes can then build
+the list in parallel into one cache (tests/hardware/nextn_without_mtp.py does that on the GPU machine).
 """
 
 from __future__ import annotations
@@ -38,8 +41,11 @@ def main() -> int:
         ("rotary_embedding", lambda: rope._jit_rotary_embedding_module()),
         ("fused_rope neox 64 bf16", lambda: rope._jit_fused_rope_module(True, 64, bf16, bf16)),
     ]
+    only = {int(arg) for arg in sys.argv[1:]}
     report: dict[str, str] = {}
-    for name, build in kernels:
+    for index, (name, build) in enumerate(kernels):
+        if only and index not in only:
+            continue
         t = time.time()
         try:
             build()

@@ -2,7 +2,7 @@
 # The real-hardware run, on the lent GPU machine, from the repository root:
 #   command: bash tests/hardware/run.sh      carry: [".hardware"]      (built here by `make hardware-bundle`)
 #   kind nvidia-h200 (one GPU), or nvidia-h200-x2 for the two-GPU stages tp2 and per_gpu (README.md)
-# Unpacks the bundle under /tmp, then tests/hardware/driver.py runs every stage within BUDGET_S seconds of the start
+# Unpacks the bundle under /tmp, then tests/hardware/driver.py (or $HW_DRIVER) runs every stage within BUDGET_S seconds of the start
 # and leaves $OUT/results.tar.gz (rewritten after every stage), $OUT/caches.tar.gz and $OUT/run.log.
 export T0
 T0=$(date +%s.%N)
@@ -32,7 +32,8 @@ export PYTHONPATH="$B/site${HW_EXTRA_PYTHONPATH:+:$HW_EXTRA_PYTHONPATH}" PYTHONU
 if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
     export CUDA_HOME=/usr/local/cuda PATH="/usr/local/cuda/bin:$PATH"
 fi
-BUDGET_S=${BUDGET_S:-520} python3 tests/hardware/driver.py
+# HW_DRIVER: another script of this folder to run in the same setting (e.g. tests/hardware/nextn_without_mtp.py).
+BUDGET_S=${BUDGET_S:-520} python3 "${HW_DRIVER:-tests/hardware/driver.py}"
 rc=$?
 echo "run.sh: driver exited $rc after $(elapsed) s; results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $rc

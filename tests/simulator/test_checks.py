@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -114,10 +115,17 @@ def test_weights_do_not_fit(sim_env: Env, tmp_path: Path) -> None:
     assert "Needed 74.51 GiB of weights per GPU, available" in info.value.details[0]
 
 
-def test_missing_mtp_weights(sim_env: Env, tmp_path: Path) -> None:
+def test_no_mtp_weights_starts_with_an_untrained_draft(sim_env: Env, tmp_path: Path) -> None:
+    """Real SGLang does not refuse NEXTN/EAGLE on a checkpoint without MTP tensors: the MTP head loads nothing
+    and accepts nothing (tests/recordings/sglang-0.5.17-h200-nextn-without-mtp/: accept length 1.0)."""
     model = make_model(tmp_path / "no-mtp", mtp=False)
-    with pytest.raises(StartupError, match="has no MTP weights"):
-        plan_for(sim_env, ["--model-path", str(model), "--speculative-algorithm", "NEXTN"])
+    for algorithm in ("NEXTN", "EAGLE"):
+        plan = plan_for(sim_env, ["--model-path", str(model), "--speculative-algorithm", algorithm])
+        assert plan.speculative_algorithm == "EAGLE" and plan.accept_length == 1.0
+        assert plan.settings["speculative_draft_model_path"] is None and plan.draft is None
+    mtp = make_model(tmp_path / "mtp")
+    with_mtp = plan_for(sim_env, ["--model-path", str(mtp), "--speculative-algorithm", "NEXTN"])
+    assert with_mtp.accept_length is not None and with_mtp.accept_length > 1.0
     draft = make_model(tmp_path / "draft", total_size=2 * GIB)
     plan = plan_for(
         sim_env,
@@ -131,6 +139,29 @@ def test_missing_mtp_weights(sim_env: Env, tmp_path: Path) -> None:
         ],
     )
     assert plan.draft is not None and plan.settings["speculative_draft_model_revision"] == "main"
+    assert plan.accept_length is not None and plan.accept_length > 1.0  # a separate draft model is trained
+
+
+def test_draft_kinds_follow_sglangs_draft_model_config(sim_env: Env, tmp_path: Path) -> None:
+    """ModelConfig._config_draft_model: an MTP-head architecture drafts with its head (MiMo names it
+    model.mtp_layers.*), any other architecture with the target itself (recorded: Qwen3, 3.46 to 4.0)."""
+    mimo = make_model(tmp_path / "mimo", architecture="MiMoForCausalLM", mtp=False)
+    index_path = mimo / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    nextn = ["--speculative-algorithm", "NEXTN"]
+    assert plan_for(sim_env, ["--model-path", str(mimo), *nextn]).accept_length == 1.0
+    index["weight_map"]["model.mtp_layers.0.input_proj.weight"] = "model-00002-of-00002.safetensors"
+    index_path.write_text(json.dumps(index))
+    head = plan_for(sim_env, ["--model-path", str(mimo), "--speculative-algorithm", "NEXTN"]).accept_length
+    assert head is not None and head > 1.0
+    dense = make_model(tmp_path / "qwen3", architecture="Qwen3ForCausalLM", mtp=False)
+    plan = plan_for(sim_env, ["--model-path", str(dense), "--speculative-algorithm", "NEXTN"])
+    assert plan.accept_length is not None and 3.46 <= plan.accept_length <= 4.0  # 3 steps by default
+    unknown = make_model(tmp_path / "no-index", mtp=False)
+    index_path = unknown / "model.safetensors.index.json"
+    index_path.unlink()  # no tensor names (the sparse shards have no header): assume the head is there
+    plan = plan_for(sim_env, ["--model-path", str(unknown), "--speculative-algorithm", "NEXTN"])
+    assert plan.accept_length is not None and plan.accept_length > 1.0
 
 
 def test_cuda_visible_devices(sim_env: Env, model_dir: Path) -> None:

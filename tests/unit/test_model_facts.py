@@ -127,6 +127,9 @@ def test_mtp_tensors_are_found_where_sglangs_loaders_take_them_and_the_simulator
     assert has_mtp_tensors(["model.layers.61.eh_proj.weight"], num_hidden_layers=61)
     assert not has_mtp_tensors(["model.layers.60.mlp.weight"], num_hidden_layers=61)
     assert not has_mtp_tensors(["model.layers.61.eh_proj.weight"])
+    # MiMo's MTP layer (mimo_mtp.py), which real SGLang 0.5.17 took as the draft (tests/recordings/
+    # sglang-0.5.17-h200-nextn-without-mtp: the control server).
+    assert has_mtp_tensors(["model.mtp_layers.0.input_proj.weight", "model.layers.0.mlp.weight"])
 
 
 def run_host_facts(arguments: dict[str, Any], tmp_path: Path) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def test_the_hosts_view_of_access_is_kept_and_both_ways_of_naming_the_model_are_
     hidden = {"path": PATH, "exists": False, "disk_free_bytes": 100 * GIB, "hidden_by": "ProtectHome=yes hides /home"}
     assert any("the servers cannot see it" in line for line in sourced(plan, model_facts, hidden)["problems"])
     both = sourced(plan, model_facts, {"path": PATH, "exists": False}, sglang_model_path="/srv/models/Qwen3.6-27B")
-    assert any("sglang_model_path" in line and "set together with sglang_model" in line for line in both["problems"])
+    assert any('sglang_model_path="/srv/models/Qwen3.6-27B": set together with sglang_model' in line for line in both["problems"])
 
 
 def test_names_derived_from_the_source() -> None:

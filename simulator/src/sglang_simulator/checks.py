@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .draft import accept_length_for, draft_from_target
 from .errors import StartupError
 from .facts import Facts
 from .gpus import Gpu, GpuError, Inventory, live_usages, load_inventory, visible_gpus
@@ -144,30 +145,6 @@ def _check_architecture(model: ModelInfo, facts: Facts) -> None:
     )
 
 
-def _check_mtp(settings: Mapping[str, Any], model: ModelInfo, requested: str | None) -> None:
-    draft_path = settings.get("speculative_draft_model_path")
-    if settings.get("speculative_algorithm") != "EAGLE" or draft_path not in (None, model.path):
-        return
-    if model.has_mtp_weights():
-        return
-    where = (
-        "no mtp.* tensors in the weight_map of model.safetensors.index.json"
-        if model.tensor_names is not None
-        else "no model.safetensors.index.json to list the tensors"
-    )
-    raise StartupError(
-        f"ValueError: --speculative-algorithm {requested} without a separate "
-        "--speculative-draft-model-path takes the draft (MTP/NextN) layers from the "
-        f"target checkpoint, but {model.path} has no MTP weights ({where}).",
-        details=(
-            "Real SGLang 0.5.23 does not check this up front (the MTP loader only picks "
-            "the mtp.* tensors it finds), so the draft head would stay untrained and "
-            "the acceptance length near 1; the simulator stops instead. Use a checkpoint "
-            "with MTP layers or pass --speculative-draft-model-path.",
-        ),
-    )
-
-
 def memory_error(
     settings: Mapping[str, Any], weights_mib: float, free_mib: float, fraction: float
 ) -> StartupError | None:
@@ -217,13 +194,11 @@ class Resolved:
     model: ModelInfo
     inventory: Inventory
     memory: MemoryPlan
-    requested_algorithm: str | None
 
 
 def resolve_launch(parsed: Mapping[str, Any], knobs: Knobs, facts: Facts, log: LogAdapter) -> Resolved:
     """Read the model config and resolve the arguments, or fail like SGLang."""
     settings = base_settings(parsed, facts)
-    requested = settings.get("speculative_algorithm")
     model = load_model(str(settings["model_path"]))
     resolve_serving(settings)
     try:
@@ -234,7 +209,7 @@ def resolve_launch(parsed: Mapping[str, Any], knobs: Knobs, facts: Facts, log: L
     if knobs.ignore_speculative:
         settings["speculative_algorithm"] = None  # the silent failure
     resolve_speculative(settings, model.architecture, facts, log)
-    return Resolved(settings, model, inventory, memory, requested)
+    return Resolved(settings, model, inventory, memory)
 
 
 def place_launch(
@@ -251,7 +226,6 @@ def place_launch(
     draft_path = settings.get("speculative_draft_model_path")
     if settings.get("speculative_algorithm") in EAGLE_FAMILY and draft_path not in (None, model.path):
         draft = load_model(str(draft_path))
-    _check_mtp(settings, model, resolved.requested_algorithm)
 
     tp = int(settings.get("tp_size") or 1)
     tp_pp = tp * int(settings.get("pp_size") or 1)
@@ -263,7 +237,10 @@ def place_launch(
     algorithm = settings.get("speculative_algorithm")
     accept: float | None = None
     if algorithm:
-        accept = knobs.accept_length or default_accept_length(settings)
+        # No up-front check that the checkpoint holds a draft (real SGLang has none): the draft's kind sets
+        # the acceptance (draft.py; recorded in tests/recordings/sglang-0.5.17-h200-nextn-without-mtp/).
+        kind = draft_from_target(settings, model)
+        accept = knobs.accept_length or accept_length_for(kind, settings, default_accept_length(settings))
         draft_tokens = settings.get("speculative_num_draft_tokens")
         if draft_tokens:
             accept = min(accept, float(draft_tokens))

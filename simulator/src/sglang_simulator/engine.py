@@ -156,17 +156,24 @@ class Engine:
 
     # -- generation ----------------------------------------------------------
 
-    def _step_sizes(self, total: int) -> Iterator[int]:
-        """Tokens per forward step: 1 without speculation, else ~accept_length."""
+    def _step_sizes(self, total: int) -> Iterator[tuple[int, int]]:
+        """(tokens returned, tokens accepted) per forward step: (1, 1) without speculation, else the
+        prefill's token, then ~accept_length per verify step; the last step's accepted tokens count in full
+        although the request takes only what it still needs (real 0.5.17: 256 tokens in 255 verify steps at
+        accept length 1, in 64 at 4, and the decode log's `accept len` 4.00)."""
         if self.accept_length is None:
-            yield from (1 for _ in range(total))
+            yield from ((1, 1) for _ in range(total))
             return
-        produced, step = 0, 0
+        if total <= 0:
+            return
+        yield 1, 1  # the prefill's token
+        produced, step = 1, 0
         while produced < total:
             step += 1
-            target = min(total, max(produced + 1, math.floor(step * self.accept_length)))
-            yield target - produced
-            produced = target
+            accepted = max(produced + 1, 1 + math.floor(step * self.accept_length)) - produced
+            size = min(total - produced, accepted)
+            yield size, accepted
+            produced += size
 
     def generate(
         self, prompt: str, max_new_tokens: int | None, *, stream: bool, rid: str | None = None
@@ -189,17 +196,21 @@ class Engine:
                 self.counters.prompt_tokens[key] += prompt_tokens
             time.sleep(self.token_seconds * prompt_tokens * 0.02)  # prefill
             position = 0
-            for size in self._step_sizes(limit):
+            for index, (size, accepted) in enumerate(self._step_sizes(limit)):
                 ids = [_TOKEN_BASE + (seed + (position + i) * 7) % len(_VOCAB) for i in range(size)]
                 text = "".join(" " + _VOCAB[t - _TOKEN_BASE] for t in ids)
                 position += size
                 time.sleep(self.token_seconds)
                 result.output_ids.extend(ids)
                 result.text += text
-                result.verify_ct += 1
+                # With speculation the first token comes from the prefill, not from a verify (decode) step.
+                verify = self.accept_length is None or index > 0
+                if verify:
+                    result.verify_ct += 1
                 with self._lock:
                     self.counters.generation_tokens[key] += size
-                self._on_step(size)
+                if verify:
+                    self._on_step(accepted)
                 if position >= limit:
                     self._finish(result, max_new_tokens)
                 yield Step(ids, text), result

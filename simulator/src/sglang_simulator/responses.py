@@ -277,7 +277,7 @@ def generate_meta_info(
     if speculative and result.verify_ct > 0:
         drafts = max(1, (num_draft_tokens or 2) - 1)
         proposed = result.verify_ct * drafts
-        correct = max(0, result.completion_tokens - result.verify_ct)
+        correct = max(0, result.completion_tokens - result.verify_ct - 1)  # the prefill's token is no draft
         meta["spec_accept_rate"] = correct / proposed
         meta["spec_accept_length"] = result.completion_tokens / result.verify_ct
         meta["spec_num_correct_drafts"] = correct
@@ -286,9 +286,10 @@ def generate_meta_info(
         if is_legacy(version):
             meta["spec_accepted_drafts"] = correct
             meta["spec_proposed_drafts"] = proposed
-        histogram = [0] * (drafts + 1)
+        # Verify steps by accepted drafts, up to the largest count seen (real 0.5.17: [255] when none is
+        # accepted).
         per_step = min(drafts, round(correct / result.verify_ct))
-        histogram[per_step] = result.verify_ct
+        histogram = [0] * per_step + [result.verify_ct]
         meta["spec_correct_drafts_histogram"] = histogram
         if is_legacy(version):
             meta["spec_accept_histogram"] = list(histogram)
