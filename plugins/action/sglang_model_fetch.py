@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe
 from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
@@ -26,6 +25,7 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
     slug,
     source_key,
     source_problems,
+    validated_arguments,
 )
 
 ARGUMENT_SPEC: dict[str, Any] = {**SOURCE_ARGUMENT_SPEC, "cache_dir": {"type": "path", "required": True}}
@@ -73,9 +73,6 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
-        try:
-            _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        except AnsibleActionFail as error:  # its message, without the task's arguments it would show (the token)
-            raise AnsibleActionFail(error.message) from None
+        args = validated_arguments(self, ARGUMENT_SPEC)
         result.update(fetch_source(args))
         return result

@@ -25,6 +25,7 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
     resolve_revision,
     source_key,
     source_problems,
+    validated_arguments,
     write_lock,
 )
 
@@ -76,10 +77,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
-        try:
-            _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        except AnsibleActionFail as error:  # its message, without the task's arguments it would show (the token)
-            raise AnsibleActionFail(error.message) from None
+        args = validated_arguments(self, ARGUMENT_SPEC)
         try:
             result.update(self.lock(args))
         except ModelSourceError as error:

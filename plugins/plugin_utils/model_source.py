@@ -61,6 +61,18 @@ ARGUMENT_SPEC: dict[str, Any] = {
 }
 
 
+def validated_arguments(action: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    """An action plugin's arguments checked against `spec`. A failure says what is wrong, without the task's arguments
+    Ansible's own message would show (the token)."""
+    from ansible.errors import AnsibleActionFail
+
+    try:
+        _, args = action.validate_argument_spec(argument_spec=spec)
+    except AnsibleActionFail as error:
+        raise AnsibleActionFail(error.message) from None
+    return dict(args)
+
+
 class LockedFile(TypedDict):
     """One file of a lock entry."""
 

@@ -1085,16 +1085,22 @@ def main() -> int:
     try:
         return real_run(run, args.models)
     finally:
-        for p in run.procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
-        run.summary["t_end_s"] = run.now()
-        try:
-            headline(run)
-        except Exception as error:
-            run.message(f"headline: {error!r}")
-        run.snapshot()
-        pack_caches(run)
+        finish(run, headline)
+
+
+def finish(run: Run, summarize: Callable[[Run], None]) -> None:
+    """The end of every run, however it ended: its servers killed, its headline (`summarize`), the summary written and
+    the compile caches packed."""
+    for p in run.procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+    run.summary["t_end_s"] = run.now()
+    try:
+        summarize(run)
+    except Exception as error:
+        run.message(f"headline: {error!r}")
+    run.snapshot()
+    pack_caches(run)
 
 
 def dry_run(run: Run) -> int:

@@ -30,10 +30,8 @@ http. In a rehearsal without a GPU, HW_LAUNCH_MODULE=sglang_simulator starts the
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -286,16 +284,7 @@ def main() -> int:
         ok = all((run.summary["stages"].get(name) or {}).get("ok") for name in ("models", "servers"))
         return 0 if ok else 1
     finally:
-        for p in run.procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
-        run.summary["t_end_s"] = run.now()
-        try:
-            headline(run)
-        except Exception as error:
-            run.message(f"headline: {error!r}")
-        run.snapshot()
-        driver.pack_caches(run)
+        driver.finish(run, headline)
 
 
 if __name__ == "__main__":
