@@ -24,7 +24,7 @@ docker: ## Install and start the Docker engine when it is absent
 sandbox-hosts: venv docker ## Start the local test hosts (ct129, b200)
 	ansible-playbook playbooks/sandbox.yml $(SANDBOX)
 
-sandbox: sandbox-hosts ## Test hosts + deploy to them + print every instance
+sandbox: sandbox-hosts mirror ## Test hosts + deploy to them (their model from the mirror) + print every instance
 	ansible-playbook deploy.yml $(SANDBOX)
 	ansible-playbook playbooks/status.yml $(SANDBOX)
 

@@ -45,9 +45,11 @@ def constraints_versions() -> list[str]:
 
 
 def plan_settings(host: str, **overrides: Any) -> dict[str, Any]:
-    """`_sglang_plan_settings` as Ansible builds it for a production host, with variables overridden."""
+    """`_sglang_plan_settings` as Ansible builds it for a production host, with variables overridden. The host serves
+    the stand-in of production's model by its path (as Molecule's hosts do: inventory/sandbox/group_vars/all.yml)."""
     variables = {
         **load_yaml(ROOT / "roles/sglang_plan/defaults/main.yml"),
+        "sglang_model_path": load_yaml(ROOT / "inventory/sandbox/group_vars/all.yml")["sglang_model_path"],
         **load_yaml(ROOT / f"inventory/production/host_vars/{host}.yml"),
         "inventory_hostname": host,
         "_sglang_plan_constraints_versions": constraints_versions(),

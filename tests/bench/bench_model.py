@@ -52,8 +52,9 @@ def main() -> None:
             checked(run_playbook("deploy.yml", inventory=inventory, extravars=settings("all"), limit="ct129"))
             noop = checked(run_playbook("deploy.yml", inventory=inventory, extravars=settings("all"), limit="ct129"))
         finally:
+            # Back to the sandbox's own revision of the same model (the first); the bench's goes.
             checked(run_playbook("deploy.yml", limit="ct129"))
-            on_host("ct129", "rm", "-rf", root)
+            on_host("ct129", "rm", "-rf", f"{root}/{mirror.commits[-1]}")
     [fetch] = [data["res"] for data in task_results(noop, "Fetch the model's files")]
     [probe] = [data for data in task_results(noop, "Gather GPUs")]
     fetch_seconds = [data["duration"] for data in task_results(noop, "Fetch the model's files")]

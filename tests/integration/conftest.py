@@ -7,12 +7,15 @@ import subprocess
 
 import pytest
 from fleet import ROOT, Run, run_playbook
+from mirror import start_mirror
 
 
 @pytest.fixture(scope="session")
 def sandbox() -> Run:
-    """Test hosts up and the production settings deployed to them (what `make sandbox` does)."""
+    """Test hosts up and the production settings deployed to them, their model from the mirror (what `make sandbox`
+    does)."""
     subprocess.run([str(ROOT / "scripts/docker-engine.sh")], check=True)
+    start_mirror()
     hosts = run_playbook("playbooks/sandbox.yml")
     assert hosts.rc == 0, hosts.failure_messages()
     deployed = run_playbook("deploy.yml")

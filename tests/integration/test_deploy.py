@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fleet import Run, http_status, on_host, overlay_inventory, run_playbook, unit_starts
+import yaml
+from fleet import ROOT, Run, http_status, on_host, overlay_inventory, run_playbook, unit_starts
 
 
 def test_a_second_sandbox_run_changes_nothing(sandbox: Run) -> None:
@@ -163,23 +164,26 @@ def test_the_built_collection_deploys_the_sandbox_from_a_project_of_its_own(sand
 
 
 def test_a_verified_model_file_is_read_once_and_again_only_after_it_changes(sandbox: Run) -> None:
-    """With sglang_model_sha256, a full deploy reads and records the file; the next deploy trusts the record while the
-    file's size, time and inode stay (a touched or changed file is read again: tests/unit/test_model_facts.py).
-    remove.yml takes the record away (test below)."""
-    config = "/srv/models/Qwen3.6-27B/config.json"
-    checked = {"sglang_model_sha256": {"config.json": on_host("ct129", "sha256sum", config).split()[0]}}
+    """The sandbox's model (sglang_model, from the mirror) was hashed when it arrived; a deploy trusts the record while
+    a file's size, time and inode stay, and reads a touched file again, once (sglang_model_sha256 over weights managed
+    by hand does the same: tests/unit/test_model_facts.py). remove.yml takes the record away (test below)."""
+    model = yaml.safe_load((ROOT / "inventory/sandbox/group_vars/mirror_model.yml").read_text())["sglang_model"]
+    config = f"/srv/models/{model['repo'].replace('/', '--')}/{model['revision']}/config.json"
+    lock = yaml.safe_load((ROOT / "inventory/sandbox/model-lock.yml").read_text())["models"]
+    locked = lock[f"{model['repo']}@{model['revision']}"]["files"]["config.json"]["sha256"]
 
     def hashed(run: Run) -> list[str]:
         [facts] = [data["res"] for data in run.results() if data["task"].startswith("Gather GPUs") and data["host"] == "ct129"]
         return list(facts["model"]["hashed"])
 
-    first = run_playbook("deploy.yml", limit="ct129", extravars=checked)
+    on_host("ct129", "touch", config)
+    first = run_playbook("deploy.yml", limit="ct129")
     assert first.rc == 0, first.failure_messages()
     assert hashed(first) == ["config.json"]
-    assert "Record the model files verified by their SHA-256" in [task for _, task, _ in first.changed()]
+    assert [task for _, task, _ in first.changed()] == ["Record the model files verified by their SHA-256"]
     record = json.loads(on_host("ct129", "cat", "/var/lib/sglang-fleet/model-sha256.json"))
-    assert record[config]["sha256"] == checked["sglang_model_sha256"]["config.json"]
-    again = run_playbook("deploy.yml", limit="ct129", extravars=checked)
+    assert record[config]["sha256"] == locked
+    again = run_playbook("deploy.yml", limit="ct129")
     assert again.rc == 0 and hashed(again) == [] and again.changed() == [], again.changed()
 
 

@@ -1,7 +1,9 @@
 """Preflight refuses each bad inventory of the corpus before any host is touched.
 
-Each case deploys an overlay of the sandbox inventory and asserts the failure names what is wrong, and
-that no unit or environment file changed and no instance restarted, on any host.
+Each case's variables are deployed over the sandbox inventory, and the case asserts the failure names what is wrong,
+and that no unit or environment file changed and no instance restarted, on any host. Cases that set different
+variables share a deploy (batched): a deploy costs about the same for one case as for three, and preflight reports
+every problem of every host at once.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,8 @@ from fleet import SANDBOX_HOSTS, STANDIN_PYTHON, Run, file_digests, on_host, ove
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "bad_inventories.yml").read_text())
 MODEL = "/srv/models/Qwen3.6-27B"
+# Every case's hosts serve the stand-in of production's model (roles/testhost) rather than the sandbox's small one.
+STAND_IN_MODEL = {"sglang_model": {}, "sglang_model_path": MODEL}
 PREFLIGHT_FAILED = "preflight did not complete"
 MAKE_MODEL_VARIANT = """
 import json, os, sys
@@ -122,30 +126,113 @@ def fleet_state() -> dict[str, tuple[str, dict[str, str]]]:
     return {host: (file_digests(host), unit_starts(host)) for host in SANDBOX_HOSTS}
 
 
-def refuse(case: dict[str, Any], directory: Path) -> Run:
-    """Deploys the case's inventory; a case that sets only some hosts' variables deploys to those hosts only
-    (the others would pass preflight and add nothing to what the case shows, at the cost of a host's run), unless
-    its host fails preflight outright: the gate, run by the hosts that remain, is what reports that one."""
-    inventory = overlay_inventory(directory, host_vars=case.get("host_vars"), group_vars=case.get("group_vars"))
-    everywhere = case.get("group_vars") or not case.get("host_vars") or any(PREFLIGHT_FAILED in e for e in case["expect"])
-    hosts = None if everywhere else ",".join(sorted(case["host_vars"]))
-    return run_playbook("deploy.yml", inventory=inventory, limit=hosts)
+# How many cases share one deploy on a host. Preflight reports every problem of every host together, so the cases
+# of one deploy each find their own message in its report; each deploy costs about as much as a case did alone.
+CASES_PER_HOST = 3
+
+
+def hosts_set(case: dict[str, Any]) -> set[str]:
+    """The hosts whose variables the case sets (group variables set them on every host)."""
+    return set(SANDBOX_HOSTS) if case.get("group_vars") else set(case.get("host_vars") or {})
+
+
+def variables_set(case: dict[str, Any]) -> set[tuple[str, str]]:
+    """(host, variable) for each variable the case sets."""
+    group_vars, host_vars = case.get("group_vars") or {}, case.get("host_vars") or {}
+    return {(host, name) for host in hosts_set(case) for name in [*group_vars, *host_vars.get(host, {})]}
+
+
+def deployed_everywhere(case: dict[str, Any]) -> bool:
+    """A case that sets only some hosts' variables deploys to those hosts only (the others would pass preflight and
+    add nothing to what the case shows, at the cost of a host's run), unless its host fails preflight outright: the
+    gate, run by the hosts that remain, is what reports that one."""
+    return bool(case.get("group_vars") or not case.get("host_vars") or any(PREFLIGHT_FAILED in e for e in case["expect"]))
+
+
+def batched(cases: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The cases in deploys that set each variable once, with at most CASES_PER_HOST cases per host; a case whose
+    host fails preflight outright (its message is the gate's) deploys alone."""
+    batches: list[list[dict[str, Any]]] = []
+    for case in cases:
+        fits = (
+            batch
+            for batch in batches
+            if not any(PREFLIGHT_FAILED in e for other in [*batch, case] for e in other["expect"])
+            and not any(variables_set(case) & variables_set(other) for other in batch)
+            and all(sum(host in hosts_set(other) for other in batch) < CASES_PER_HOST for host in hosts_set(case))
+        )
+        batch = next(fits, None)
+        if batch is None:
+            batches.append([case])
+        else:
+            batch.append(case)
+    return batches
+
+
+def refuse(cases: list[dict[str, Any]], directory: Path) -> Run:
+    """Deploys the cases' variables merged over the sandbox inventory, whose hosts serve production's model here: the
+    stand-in of Qwen3.6-27B (STAND_IN_MODEL), at its real sizes, for the memory and shard checks."""
+    host_vars: dict[str, dict[str, Any]] = {host: dict(STAND_IN_MODEL) for host in SANDBOX_HOSTS}
+    group_vars: dict[str, Any] = {}
+    for case in cases:
+        for host, variables in (case.get("host_vars") or {}).items():
+            host_vars[host].update(variables)
+        group_vars.update(case.get("group_vars") or {})
+    inventory = overlay_inventory(directory, host_vars=host_vars, group_vars=group_vars)
+    hosts = set().union(*(hosts_set(case) for case in cases))
+    everywhere = any(deployed_everywhere(case) for case in cases)
+    return run_playbook("deploy.yml", inventory=inventory, limit=None if everywhere else ",".join(sorted(hosts)))
+
+
+def reports(run: Run, case: dict[str, Any]) -> bool:
+    report = "\n".join(run.failure_messages())
+    return all(fragment in report for fragment in case["expect"])
 
 
 @pytest.fixture(scope="module")
 def refused(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Run], bool]]:
-    """Every corpus case deployed once, four at a time, each inside its own setup; and whether the fleet
-    (unit and environment files, instance start times) was the same before and after all of them.
+    """Every corpus case deployed, in batches (batched), four deploys at a time, inside all the cases' setups; and
+    whether the fleet (unit and environment files, instance start times) was the same before and after all of them.
 
-    Cases run side by side: none may change anything, and each asserts only its own message.
+    None may change anything, and each asserts only its own message. A case whose message is not in its batch's
+    report (another case's problem on the same host stopped the check that finds it) is deployed again, with at most
+    one such case of the other host, and judged by that run.
     """
     before = fleet_state()
+    batches = batched(CORPUS)
+    runs: dict[str, Run] = {}
+    again: dict[Future[Run], list[dict[str, Any]]] = {}
+    waiting: dict[str, list[dict[str, Any]]] = {}  # by host: hidden cases of that host alone, until the other's come
+
+    def deploy_again(cases: list[dict[str, Any]]) -> None:
+        again[pool.submit(refuse, cases, tmp_path_factory.mktemp("again"))] = cases
+
     with contextlib.ExitStack() as setups:
         for name in sorted({case["setup"] for case in CORPUS if case.get("setup")}):
             setups.enter_context(SETUPS[name]())
         with ThreadPoolExecutor(max_workers=4) as pool:
-            results = pool.map(lambda case: refuse(case, tmp_path_factory.mktemp(case["id"])), CORPUS)
-            runs = dict(zip([case["id"] for case in CORPUS], results, strict=True))
+            deploys = {pool.submit(refuse, batch, tmp_path_factory.mktemp("batch")): batch for batch in batches}
+            for done in as_completed(deploys):
+                for case in deploys[done]:
+                    runs[case["id"]] = done.result()
+                    if reports(done.result(), case):
+                        continue
+                    if len(hosts_set(case)) != 1 or deployed_everywhere(case):
+                        deploy_again([case])
+                        continue
+                    [host] = hosts_set(case)
+                    partner = next((other for other in waiting if other != host and waiting[other]), None)
+                    if partner is None:
+                        waiting.setdefault(host, []).append(case)
+                    else:
+                        deploy_again([waiting[partner].pop(0), case])
+            for cases in waiting.values():
+                for case in cases:
+                    deploy_again([case])
+            for done, cases in again.items():
+                runs.update({case["id"]: done.result() for case in cases})
+    hidden = sorted(case["id"] for cases in again.values() for case in cases)
+    print(f"{len(CORPUS)} cases in {len(batches)} deploys, and {len(hidden)} in {len(again)} more: {hidden}")
     yield runs, fleet_state() == before
 
 

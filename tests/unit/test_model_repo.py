@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe
 from fixtures.model_repo import ARCHITECTURE, REPO_ID, SHARDS, build_repo, create_git_repo
 from mirror import parse, start_mirror
 
+ROOT = Path(__file__).resolve().parents[2]
 # The commits create_git_repo makes: fixed content, identity and dates give the same SHAs on every machine.
 COMMITS = ["a82506a6dd34cec37d9cd2d6a08c99e577d09853", "ab131df683199c3fb1c581b5b82f681832a7abed"]
 DTYPE_BYTES = {"BF16": 2}
@@ -133,3 +135,25 @@ def test_the_git_repository_has_the_same_commits_everywhere(revisions: dict[int,
         for shard in SHARDS:
             pointer = git(repo, "cat-file", "blob", f"{commit}:{shard}")
             assert f"oid sha256:{digests(revisions[revision])[shard]}" in pointer.splitlines()
+
+
+def test_the_sandbox_serves_the_first_commit_and_its_lock_holds_the_generated_files(revisions: dict[int, Path]) -> None:
+    """inventory/sandbox: both hosts serve the mirror's repository at its first commit, and the committed lock entry is
+    what the generator writes (.gitattributes is git-lfs's, written with the repository)."""
+    hosts = yaml.safe_load((ROOT / "inventory/sandbox/hosts.yml").read_text())
+    assert sorted(hosts["mirror_model"]["hosts"]) == sorted(hosts["sglang_servers"]["hosts"])
+    served = yaml.safe_load((ROOT / "inventory/sandbox/group_vars/mirror_model.yml").read_text())
+    assert served["sglang_model"] == {"repo": REPO_ID, "revision": COMMITS[0]} and served["sglang_model_path"] == ""
+    lock = yaml.safe_load((ROOT / "inventory/sandbox/model-lock.yml").read_text())["models"]
+    files = lock[f"{REPO_ID}@{COMMITS[0]}"]["files"]
+    assert {name: entry["sha256"] for name, entry in files.items() if name in FILES} == digests(revisions[1])
+    assert set(files) == FILES | {".gitattributes"}
+
+
+def test_production_pins_its_model_by_repository_and_commit() -> None:
+    """inventory/production: every host serves Qwen3.6-27B at a full commit (group_vars), none by a path of its own."""
+    group = yaml.safe_load((ROOT / "inventory/production/group_vars/all.yml").read_text())
+    assert group["sglang_model"]["repo"] == "Qwen/Qwen3.6-27B"
+    assert len(group["sglang_model"]["revision"]) == 40 and int(group["sglang_model"]["revision"], 16) >= 0
+    for host_vars in (ROOT / "inventory/production/host_vars").glob("*.yml"):
+        assert not {"sglang_model", "sglang_model_path"} & set(yaml.safe_load(host_vars.read_text())), host_vars.name
