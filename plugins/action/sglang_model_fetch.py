@@ -60,7 +60,8 @@ def fetch_source(args: dict[str, Any]) -> dict[str, Any]:
         "changed": fetched.fetched_bytes > 0,
         **described,
         **dataclasses.asdict(fetched),
-        "facts": describe(fetched.snapshot, {}),
+        # A copy with a file missing or wrong is no model to check: the problems are what preflight reports.
+        "facts": {} if fetched.problems else describe(fetched.snapshot, {}),
     }
 
 

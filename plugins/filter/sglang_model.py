@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
-from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import slug
+from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import CACHE_ROOM, slug
 
+CACHE_FIX = "free space there, or set sglang_model_cache_dir to a filesystem with room for the model"
 LOCK_FIX = (
     "fetch from the source the lock file was written from (sglang_model_endpoint, the revision), or, when the source "
     "changed on purpose, write the lock again with playbooks/model-lock.yml and review its diff"
@@ -34,9 +35,10 @@ def sglang_model_sha256(files: Mapping[str, Mapping[str, Any]]) -> dict[str, str
 
 
 def sglang_model_problems(host: str, problems: Mapping[str, str], source: Mapping[str, Any]) -> list[str]:
-    """The fetch's problems (by file, or by the lock file) as preflight problem lines of `host`."""
+    """The fetch's problems (by file, by the lock file, or the cache's) as preflight problem lines of `host`."""
+    fixes = {CACHE_ROOM: CACHE_FIX}
     return [
-        problem_line(host, "host", "sglang_model", dict(source), f"{name}: {cause}", LOCK_FIX)
+        problem_line(host, "host", "sglang_model", dict(source), f"{name}: {cause}", fixes.get(name, LOCK_FIX))
         for name, cause in sorted(problems.items())
     ]
 

@@ -17,6 +17,37 @@ from typing import Any
 
 from ansible.plugins.lookup import LookupBase
 
+DOCUMENTATION = r"""
+name: sglang_venv_archive
+short_description: A deterministic .tar.gz of a local Python package, for a one-file transfer to hosts
+description:
+  - Packs each directory given (without caches or compiled files) into
+    C(~/.cache/sglang-fleet/<name>-<content hash>.tar.gz) on the control node, with fixed owners and times, and returns
+    its path.
+  - The same content gives the same bytes, so copying the archive again changes nothing.
+options:
+  _terms:
+    description: The directories of the packages to pack.
+    type: list
+    elements: path
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Send the simulator's source as one file
+  ansible.builtin.copy:
+    src: "{{ lookup('sglang.fleet.sglang_venv_archive', playbook_dir ~ '/simulator') }}"
+    dest: /opt/sglang/simulator.tar.gz
+    mode: "0644"
+"""
+
+RETURN = r"""
+_raw:
+  description: The archive's path on the control node, one per directory.
+  type: list
+  elements: path
+"""
+
 SKIPPED = ("__pycache__",)
 
 

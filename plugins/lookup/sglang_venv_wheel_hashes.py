@@ -18,6 +18,42 @@ from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import sha256_of
 
+DOCUMENTATION = r"""
+name: sglang_venv_wheel_hashes
+short_description: A pip requirements file pinning every wheel of a wheelhouse with its SHA-256
+description:
+  - Returns the text of a requirements file with one C(name==version --hash=sha256:<hex>) line per distribution in
+    the directory (several C(--hash) options where one version has several wheels), hashed on the control node.
+  - The host's pip installs with C(--require-hashes -r) that file, so a wheel changed after the download, on the way
+    or on the host, is refused.
+options:
+  _terms:
+    description: The wheelhouse directories.
+    type: list
+    elements: path
+    required: true
+  required:
+    description: Pins (C(name==version)) that must be among the wheels; a missing one fails the lookup.
+    type: list
+    elements: str
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Write the SHA-256 of every wheel, for the host's pip --require-hashes
+  ansible.builtin.copy:
+    content: "{{ lookup('sglang.fleet.sglang_venv_wheel_hashes', '/var/cache/wheelhouse', required=['sglang==0.5.23']) }}"
+    dest: /var/cache/wheelhouse/requirements.txt
+    mode: "0644"
+"""
+
+RETURN = r"""
+_raw:
+  description: The requirements file's text, one per wheelhouse.
+  type: list
+  elements: str
+"""
+
 HEADER = (
     "# Every wheel of this wheelhouse, pinned, with its SHA-256 (computed on the control node from the downloaded\n"
     "# wheels). The host installs with: pip install --no-index --find-links <here> --require-hashes -r <this file>.\n"

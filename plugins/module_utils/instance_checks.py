@@ -112,6 +112,10 @@ def model_problems(
 ) -> int:
     """Checks the model directory; returns the weight bytes (0 when unknown)."""
     path = settings["model_path"]
+    if not model.get("exists") and settings.get("model_sourced"):
+        # Neither the control node's copy (its fetch failed, a problem the role sglang_model reports with the cause)
+        # nor the host's: nothing to check here, and nothing to add to that problem.
+        return 0
     if not model.get("exists"):
         problems.add("host", "sglang_model_path", path, "no such directory on the host", "copy the model there or fix the path")
         return 0

@@ -78,15 +78,15 @@ options:
         default: ""
       verified_file:
         description:
-          - A JSON file of the files an earlier run verified (the returned C(model.verified), written by the caller):
-            a file to checksum whose size, modification time and inode match its entry is not read again.
+          - A JSON file of the files an earlier run verified (the returned C(model.verified), written by the caller).
+            A file to checksum whose size, modification time and inode match its entry is not read again.
           - Empty reads every file to checksum.
         type: path
         default: ""
       link:
         description:
           - For a model kept as one directory per revision (role sglang_model), the stable link beside them, e.g.
-            C(/srv/models/org--name/current): returns where it points (C(link_target)) and every revision directory
+            C(/srv/models/org--name/current). Returns where it points (C(link_target)) and every revision directory
             beside I(path) with its modification time (C(revisions)).
           - Empty returns neither.
         type: path

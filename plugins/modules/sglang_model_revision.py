@@ -17,7 +17,7 @@ description:
   - Hashes every file of I(sha256) in I(path) that the record I(verified_file) does not know at its size,
     modification time and inode, and fails, naming each file, when one is missing or differs.
   - Adds the files to I(verified_file) (a cache of this check, so writing it is no change), and points I(link) at
-    I(path) by renaming a new link over it (one step: a reader sees the old revision or the new one).
+    I(path) by renaming a new link over it, in one step (a reader sees the old revision or the new one).
   - Reports a change only when the link moved. In check mode (where nothing was sent), reports the files that differ as
     C(would_send) and a change, and fails for none.
 options:

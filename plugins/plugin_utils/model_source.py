@@ -83,6 +83,11 @@ class LockedFile(TypedDict):
 Files = dict[str, LockedFile]
 
 
+GIB = 1024**3
+# The key of a fetch's problem that is the cache's (no room for the files to fetch), not one file's.
+CACHE_ROOM = "cache"
+
+
 class ModelSourceError(Exception):
     """An expected failure reading a source or the lock file (network, missing files, a malformed lock file)."""
 
@@ -612,15 +617,31 @@ class _BlobFiller:
             self.result.fetched_bytes += expected["size"]
 
 
+def room_problem(cache_dir: str, to_fetch: Files) -> str:
+    """What keeps the files to fetch out of the cache's filesystem, or "" when they fit."""
+    needed = sum(entry["size"] for entry in to_fetch.values())
+    free = shutil.disk_usage(cache_dir).free
+    if needed <= free:
+        return ""
+    return (
+        f"{len(to_fetch)} file(s) to fetch need {needed / GIB:.1f} GiB in {cache_dir} and its filesystem has "
+        f"{free / GIB:.1f} GiB free: nothing was fetched"
+    )
+
+
 def _fill_blobs(source: Mapping[str, Any], files: Files, cache_dir: str, endpoint: str, token: str) -> FetchResult:
     filler = _BlobFiller(source, cache_dir, endpoint, token)
     shutil.rmtree(filler.work, ignore_errors=True)  # a killed run's partial downloads: nobody else holds the cache
     os.makedirs(filler.blobs, exist_ok=True)
     os.makedirs(filler.work)
     try:
-        for name, expected in sorted(files.items()):
-            if not filler.reuse(name, expected):
-                filler.bring(name, expected)
+        to_fetch = {name: expected for name, expected in sorted(files.items()) if not filler.reuse(name, expected)}
+        no_room = room_problem(cache_dir, to_fetch)
+        if no_room:
+            filler.result.problems[CACHE_ROOM] = no_room
+            to_fetch = {}
+        for name, expected in to_fetch.items():
+            filler.bring(name, expected)
     finally:
         filler.memo.save()
         shutil.rmtree(filler.work, ignore_errors=True)
@@ -680,6 +701,6 @@ def fetch(
     with cache_lock(cache_dir):
         result = _fill_blobs(source, good, cache_dir, endpoint, token)
         result.problems.update(bad)
-        present = {name: os.path.join(cache_dir, "blobs", entry["sha256"]) for name, entry in good.items()}
-        _build_snapshot(result.snapshot, {name: path for name, path in present.items() if name not in result.problems})
+        present = set(result.fetched) | set(result.reused)
+        _build_snapshot(result.snapshot, {name: os.path.join(cache_dir, "blobs", good[name]["sha256"]) for name in present})
     return result

@@ -68,6 +68,14 @@ def test_prometheus_targets_and_alert_rules(sandbox: Run, tmp_path: Path) -> Non
     )
     for name in ("sglang:spec_accept_length", "sglang:num_queue_reqs"):
         assert name in metrics and any(name in expr for expr in alerts.values())
+    assert dashboard_hosts(tmp_path) == "/^(ct129|b200)$/"
+
+
+def dashboard_hosts(directory: Path) -> str:
+    """The hosts the written Grafana dashboard offers (its fleet_host variable's regex)."""
+    dashboard = json.loads((directory / "sglang-fleet-dashboard.json").read_text())
+    [hosts] = [variable for variable in dashboard["templating"]["list"] if variable["name"] == "fleet_host"]
+    return str(hosts["regex"])
 
 
 def test_status_bench_and_prometheus_under_limit_cover_the_visited_hosts_and_keep_the_others_targets(
@@ -81,6 +89,7 @@ def test_status_bench_and_prometheus_under_limit_cover_the_visited_hosts_and_kee
     b200 = json.loads((tmp_path / "sglang-targets-b200.json").read_text())
     assert len([entry for entry in b200 if entry["labels"]["job"] == "sglang"]) == 7
     assert (tmp_path / "sglang-alerts.yml").is_file()
+    assert dashboard_hosts(tmp_path) == "/^(ct129|b200)$/", "the dashboard left out a host --limit did not visit"
     status = run_playbook("playbooks/status.yml", limit="b200")
     assert status.rc == 0, status.failure_messages()
     table = next(data["res"]["msg"] for data in status.results() if data["task"] == "Show every instance")

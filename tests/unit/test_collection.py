@@ -35,3 +35,24 @@ def test_the_checkout_is_the_collection_it_builds() -> None:
     assert (galaxy["namespace"], galaxy["name"]) == ("sglang", "fleet")
     assert (ROOT / "collections/ansible_collections/sglang/fleet").resolve() == ROOT
     assert "roles/testhost" in galaxy["build_ignore"] and "simulator" in galaxy["build_ignore"], "the test double stays out"
+
+
+def test_every_plugin_of_the_collection_documents_itself_as_ansible_doc_reads_it() -> None:
+    """ansible-doc shows every module, action-backed module, filter and lookup: their DOCUMENTATION, EXAMPLES and
+    RETURN are YAML Ansible parses (a plain line holding ': ' is not), with the required fields."""
+    import subprocess
+
+    for kind, folder in (("module", "modules"), ("lookup", "lookup")):
+        names = sorted(path.stem for path in (ROOT / "plugins" / folder).glob("*.py") if not path.stem.startswith("_"))
+        shown = subprocess.run(
+            [str(ROOT / ".venv/bin/ansible-doc"), "--json", "-t", kind, *(f"sglang.fleet.{name}" for name in names)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert shown.returncode == 0 and "ERROR" not in shown.stderr, shown.stderr
+        docs = json.loads(shown.stdout)
+        assert sorted(docs) == [f"sglang.fleet.{name}" for name in names]
+        for name, doc in docs.items():
+            assert doc["doc"]["short_description"] and doc["doc"]["description"], name

@@ -58,6 +58,17 @@ def test_the_plan_checks_the_control_nodes_copy_while_the_host_has_none(plan: Pl
     assert instance["argv"][instance["argv"].index("--model-path") + 1] == PATH
 
 
+def test_a_failed_fetch_adds_no_problem_of_the_hosts_missing_directory(plan: Plan) -> None:
+    """The fetch's own problem (network, lock) is the one reported (sglang_model_problems); the host that has no copy
+    yet is no second one."""
+    failed = {**fetched({}), "files": {}}
+    settings = {"sglang_model": SOURCE, "sglang_model_path": "", "sglang_model_source": failed}
+    assert plan({"path": PATH, "exists": False, "disk_free_bytes": 100 * GIB}, **settings)["problems"] == []
+    by_hand = plan({"path": "/srv/models/gone", "exists": False}, sglang_model_path="/srv/models/gone")["problems"]
+    assert by_hand == ['ct129 host: sglang_model_path="/srv/models/gone": no such directory on the host; fix: '
+                       'copy the model there or fix the path']  # fmt: skip
+
+
 def test_a_model_that_does_not_fit_is_refused_before_a_byte_is_sent(plan: Plan, model_facts: dict[str, Any]) -> None:
     result = sourced(
         plan, model_facts, {"path": PATH, "exists": False, "disk_free_bytes": 100 * GIB}, sglang_tensor_parallel_size=1
@@ -95,6 +106,10 @@ def test_names_derived_from_the_source() -> None:
     assert sglang_model_name({}) == ""
     [line] = sglang_model_problems("ct129", {"config.json": "SHA-256 differs"}, SOURCE)
     assert line.startswith('ct129 host: sglang_model={"repo": "Qwen/Qwen3.6-27B"') and "config.json: SHA-256 differs" in line
+    assert "playbooks/model-lock.yml" in line
+    [room] = sglang_model_problems("ct129", {"cache": "3 file(s) to fetch need 50.0 GiB in /c and ..."}, SOURCE)
+    assert room.endswith(": cache: 3 file(s) to fetch need 50.0 GiB in /c and ...; fix: free space there, or set "
+                         "sglang_model_cache_dir to a filesystem with room for the model")  # fmt: skip
 
 
 def test_only_a_file_at_its_full_size_is_wrong_a_shorter_one_is_resumed() -> None:

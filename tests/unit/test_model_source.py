@@ -268,6 +268,28 @@ def test_a_file_left_out_of_the_lock_leaves_the_snapshot(local_source: dict[str,
     assert [name for name in os.listdir(Path(result.snapshot).parent) if name.startswith(".")] == []
 
 
+def test_files_that_do_not_fit_the_cache_are_one_problem_and_none_is_fetched(
+    local_source: dict[str, Any], cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = ms.remote_files(local_source)
+    kept = {"config.json": files["config.json"]}
+    ms.fetch(local_source, kept, str(cache))
+    to_fetch = sum(entry["size"] for name, entry in files.items() if name != "config.json")
+    real_usage = ms.shutil.disk_usage
+    monkeypatch.setattr(ms.shutil, "disk_usage", lambda path: real_usage(path)._replace(free=to_fetch - 1))
+    short = ms.fetch(local_source, files, str(cache))
+    assert (short.fetched, short.fetched_bytes, short.reused) == ([], 0, ["config.json"])
+    [(key, problem)] = short.problems.items()
+    assert key == ms.CACHE_ROOM
+    assert problem == (
+        f"{len(files) - 1} file(s) to fetch need {to_fetch / ms.GIB:.1f} GiB in {cache} and its filesystem has "
+        f"{(to_fetch - 1) / ms.GIB:.1f} GiB free: nothing was fetched"
+    )
+    assert os.listdir(short.snapshot) == ["config.json"], "the snapshot links only what the cache holds"
+    monkeypatch.setattr(ms.shutil, "disk_usage", lambda path: real_usage(path)._replace(free=to_fetch))
+    assert ms.fetch(local_source, files, str(cache)).problems == {}
+
+
 def test_a_hand_edited_lock_entry_is_a_problem_not_an_escape(local_source: dict[str, Any], cache: Path) -> None:
     files: dict[str, Any] = {"../../etc/passwd": {"size": 1, "sha256": "0" * 64}, "config.json": {"size": 1}}
     result = ms.fetch(local_source, files, str(cache))
