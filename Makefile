@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install hardware-bundle test checks-then-molecule-default ee mirror
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -66,15 +66,15 @@ ee: venv docker ## Execution environment image for AWX / ansible-navigator (exec
 hardware-bundle: ## Build .hardware/ (SGLang 0.5.17 wheels, stripped, norm for sm_90a) for tests/hardware/run.sh on a GPU
 	python3 tests/hardware/prepare.py
 
-# The real install (a download of several GB, then pip) runs beside the checks and the default scenario: they neither
-# need nor disturb it, and each scenario has its own containers. The integration suite runs alone (its rollouts wait
-# on the clock).
-test: venv docker ## Everything CI runs: lint, unit, molecule (install beside the others), integration
-	$(MAKE) --jobs=2 --output-sync=target checks-then-molecule-default molecule-install
+# The real install (a download of several GB, then pip, the longest step) runs beside the checks, the default scenario
+# and the sandbox's first deploy: they neither need nor disturb it, and each scenario has its own containers. The
+# integration suite runs alone (its rollouts wait on the clock), on the sandbox deployed before it.
+test: venv docker ## Everything CI runs: lint, unit, molecule (install beside the others), sandbox, integration
+	$(MAKE) --jobs=2 --output-sync=target checks-then-molecule-default-then-sandbox molecule-install
 	$(MAKE) integration
 
-checks-then-molecule-default: venv docker
-	$(MAKE) --jobs=1 lint unit molecule-default
+checks-then-molecule-default-then-sandbox: venv docker
+	$(MAKE) --jobs=1 lint unit molecule-default sandbox
 
 # olah from its own venv (.mirror-venv/, requirements/mirror.txt) on 127.0.0.1:$MODEL_MIRROR_PORT (18090); stop it with
 # scripts/model-mirror.sh stop.
