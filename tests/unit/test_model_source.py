@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -275,8 +276,8 @@ def test_files_that_do_not_fit_the_cache_are_one_problem_and_none_is_fetched(
     kept = {"config.json": files["config.json"]}
     ms.fetch(local_source, kept, str(cache))
     to_fetch = sum(entry["size"] for name, entry in files.items() if name != "config.json")
-    real_usage = ms.shutil.disk_usage
-    monkeypatch.setattr(ms.shutil, "disk_usage", lambda path: real_usage(path)._replace(free=to_fetch - 1))
+    real_usage = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=to_fetch - 1))
     short = ms.fetch(local_source, files, str(cache))
     assert (short.fetched, short.fetched_bytes, short.reused) == ([], 0, ["config.json"])
     [(key, problem)] = short.problems.items()
@@ -286,7 +287,7 @@ def test_files_that_do_not_fit_the_cache_are_one_problem_and_none_is_fetched(
         f"{(to_fetch - 1) / ms.GIB:.1f} GiB free: nothing was fetched"
     )
     assert os.listdir(short.snapshot) == ["config.json"], "the snapshot links only what the cache holds"
-    monkeypatch.setattr(ms.shutil, "disk_usage", lambda path: real_usage(path)._replace(free=to_fetch))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real_usage(path)._replace(free=to_fetch))
     assert ms.fetch(local_source, files, str(cache)).problems == {}
 
 
