@@ -146,7 +146,12 @@ def deployed_everywhere(case: dict[str, Any]) -> bool:
     """A case that sets only some hosts' variables deploys to those hosts only (the others would pass preflight and
     add nothing to what the case shows, at the cost of a host's run), unless its host fails preflight outright: the
     gate, run by the hosts that remain, is what reports that one."""
-    return bool(case.get("group_vars") or not case.get("host_vars") or any(PREFLIGHT_FAILED in e for e in case["expect"]))
+    return bool(case.get("group_vars") or not case.get("host_vars") or fails_preflight_outright(case))
+
+
+def fails_preflight_outright(case: dict[str, Any]) -> bool:
+    """Whether the case's host stops preflight (its message is the gate's, reported by the other hosts)."""
+    return any(PREFLIGHT_FAILED in e for e in case["expect"])
 
 
 def batched(cases: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -157,7 +162,7 @@ def batched(cases: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
         fits = (
             batch
             for batch in batches
-            if not any(PREFLIGHT_FAILED in e for other in [*batch, case] for e in other["expect"])
+            if not any(fails_preflight_outright(other) for other in [*batch, case])
             and not any(variables_set(case) & variables_set(other) for other in batch)
             and all(sum(host in hosts_set(other) for other in batch) < CASES_PER_HOST for host in hosts_set(case))
         )
