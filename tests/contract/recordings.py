@@ -226,6 +226,19 @@ class Failure:
         return self.log_path.read_text(errors="replace")
 
     @property
+    def listened(self) -> bool:
+        """Whether it answered HTTP before it ended (a failed warm-up does; a failed start does not), from its
+        health changes when the recording has them."""
+        health = self.log_path.parent / "health.json"
+        changes = _json(health).get("changes", {}) if health.exists() else {}
+        return any(step.get("status") not in ("refused", "connection_refused") for steps in changes.values()
+                   for step in steps)
+
+    @property
+    def recorded_model(self) -> dict[str, Any] | None:
+        return self.recording.model_listing.get(Path(_flag_value(launch_args(self.log), "--model-path") or "").name)
+
+    @property
     def error_lines(self) -> list[str]:
         """The lines that say why it failed: ``XError: ...`` and argparse's ``prog: error: ...``."""
         lines = [strip_prefix(line) for line in self.log.splitlines()]
@@ -454,11 +467,15 @@ class Workspace:
         return {"SGLANG_SIM_VERSION": version} if version in simulator_versions() else {}
 
     def recorded_model(self, name: str, listing: dict[str, Any]) -> Path:
-        """The stand-in of a recorded model: its config.json and tensor names, sparse shards of WEIGHTS_BYTES."""
+        """The stand-in of a recorded model: its config.json, tensor names and every other recorded file (tokenizer,
+        processor, chat template, when the listing holds their text), sparse shards of WEIGHTS_BYTES."""
         directory = self.tmp / f"recorded-{name}"
         if directory.exists():
             return directory
         directory.mkdir(parents=True)
+        for file in listing.get("files", []):
+            if file in listing and file != "model.safetensors.index.json":
+                (directory / file).write_text(listing[file])
         (directory / "config.json").write_text(listing["config.json"])
         weight_map: dict[str, str] = json.loads(listing["model.safetensors.index.json"])["weight_map"]
         index = {"metadata": {"total_size": WEIGHTS_BYTES}, "weight_map": weight_map}
@@ -602,7 +619,7 @@ def run_failure(failure: Failure, workspace: Workspace) -> FailureRun:
     port = free_port()
     args = launch_args(failure.log)
     match = re.search(r"Load weight end\..*?type=(\w+)", failure.log)
-    argv = workspace.argv(args, match.group(1) if match else "Qwen3ForCausalLM", "qwen3", port)
+    argv = workspace.argv(args, match.group(1) if match else "Qwen3ForCausalLM", "qwen3", port, failure.recorded_model)
     proc = workspace.launch(argv)
     answered: list[int | str] = []
     deadline = time.monotonic() + 30

@@ -210,13 +210,17 @@ _failure_runs: dict[str, FailureRun] = {}
 
 @pytest.mark.parametrize("failure", FAILURES, ids=[f.id for f in FAILURES])
 def test_failed_launches(failure: Failure, workspaces: dict[str, Workspace]) -> None:
-    """A launch that ended by itself: same exit status, never listening, the same error line (numbers aside)."""
+    """A launch that ended by itself: same exit status, listening or not as it did, the same error line (numbers
+    and quoted paths aside: the replay's model is a stand-in elsewhere)."""
     run = run_failure(failure, workspaces[failure.recording.name])
     assert run.returncode == failure.returncode, run.log[-3000:]
-    assert not run.answered, "the simulator listened; real SGLang never did"
+    if failure.listened:
+        assert run.answered, "the simulator never listened; real SGLang did before it failed"
+    else:
+        assert not run.answered, "the simulator listened; real SGLang never did"
 
     def shape(line: str) -> str:
-        return re.sub(r"\d+(\.\d+)?(e-?\d+)?", "N", line)
+        return re.sub(r"\d+(\.\d+)?(e-?\d+)?", "N", re.sub(r"'/[^']*'", "'PATH'", line))
 
     produced = {shape(strip_prefix(line)) for line in run.log.splitlines()}
     for line in failure.error_lines:

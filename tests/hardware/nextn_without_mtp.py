@@ -36,8 +36,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: tests/hardware/driver.py as hardware.driver
 from hardware import driver
@@ -180,8 +180,9 @@ def exchange_and_record(run: Run, tag: str, port: int, record: Json) -> None:
                               if line.startswith(("sglang:spec_accept", "sglang:spec_verify"))][:12]
 
 
-def finish(run: Run, tag: str, server: Server, health: HealthRecorder, record: Json, failures: Json) -> None:
-    """The record of one server once the wait is over: ready (then exchanges, SIGTERM) or exited by itself."""
+def finish(run: Run, tag: str, server: Server, health: HealthRecorder, record: Json, failures: Json,
+           exchange: Callable[[Run, str, int, Json], None] = exchange_and_record) -> None:
+    """The record of one server once the wait is over: ready (then `exchange`, SIGTERM) or exited by itself."""
     health.stop.set()
     health.join(timeout=5)
     record["health"] = health.record()
@@ -192,7 +193,7 @@ def finish(run: Run, tag: str, server: Server, health: HealthRecorder, record: J
     record["ready_after_launch_s"] = max(health.first_200.values()) if ready else None
     if ready:
         try:
-            exchange_and_record(run, tag, SERVERS[tag][2], record)
+            exchange(run, tag, record["port"], record)
         except Exception as error:  # keep the server's record whatever happened
             record["exchange_error"] = f"{type(error).__name__}: {error}"
         record["sigterm"] = server.sigterm()
@@ -212,67 +213,86 @@ def finish(run: Run, tag: str, server: Server, health: HealthRecorder, record: J
     record["output_tail"] = server.tail(40)
 
 
-def stage_servers(run: Run, models: Path, record: Json) -> None:
+Launch = tuple[list[str], Json]  # (argv, the stage record's fields: model, port, ...)
+
+
+def serve_all(run: Run, launches: dict[str, Launch], record: Json, stagger_s: float = 0.0,
+              exchange: Callable[[Run, str, int, Json], None] = exchange_and_record) -> None:
+    """Launch every server (`stagger_s` apart), wait until each is ready or has exited, then record each at once
+    (`finish`): failures in `stages.failures`, outcomes in `record`."""
     failures: Json = {}
     run.summary["stages"]["failures"] = failures
     servers: dict[str, tuple[Server, HealthRecorder]] = {}
-    for tag, (model, algorithm, port) in selected().items():
-        server = Server(run, tag, argv_for(models, model, algorithm, port), {})
-        health = HealthRecorder(server, f"http://127.0.0.1:{port}", time.time() + READY_S)
+    for tag, (argv, fields) in launches.items():
+        server = Server(run, tag, argv, {})
+        health = HealthRecorder(server, f"http://127.0.0.1:{fields['port']}", time.time() + READY_S)
         health.start()
         servers[tag] = (server, health)
-        run.summary["stages"][tag] = {"t_start_s": run.now(), "cmd": server.cmd, "model": model,
-                                      "algorithm": algorithm, "port": port}
+        run.summary["stages"][tag] = {"t_start_s": run.now(), "cmd": server.cmd, **fields}
+        time.sleep(stagger_s)
     wait_ready_or_exit(servers, run, time.time() + READY_S)
     record["waited_s"] = run.now()
     apps = sh(run, "servers/nvidia-smi.compute-apps", ["nvidia-smi", "--query-compute-apps=pid,used_memory,process_name",
                                                        "--format=csv,noheader,nounits"], timeout=30)
     record["compute_apps"] = apps.get("stdout")
-    threads = []
-    for tag, (server, health) in servers.items():
-        thread = threading.Thread(target=finish, args=(run, tag, server, health, run.summary["stages"][tag], failures))
+    threads = [threading.Thread(target=finish, args=(run, tag, server, health, run.summary["stages"][tag], failures,
+                                                     exchange)) for tag, (server, health) in servers.items()]
+    for thread in threads:
         thread.start()
-        threads.append(thread)
     for thread in threads:
         thread.join(timeout=max(30.0, run.left() - 20))
     record["outcomes"] = {tag: ("ready" if run.summary["stages"][tag].get("ready") else
                                 f"exit {run.summary['stages'][tag].get('returncode')}") for tag in servers}
 
 
+def stage_servers(run: Run, models: Path, record: Json) -> None:
+    serve_all(run, {tag: (argv_for(models, model, algorithm, port), {"model": model, "algorithm": algorithm,
+                                                                      "port": port})
+                    for tag, (model, algorithm, port) in selected().items()}, record)
+
+
+def server_headline(st: Json) -> Json:
+    """One server's figures for the headline: ready or its exit, accept lengths, SIGTERM."""
+    return {
+        "ready": st.get("ready"),
+        "ready_after_launch_s": st.get("ready_after_launch_s"),
+        "returncode": st.get("returncode"),
+        "seconds_to_exit": st.get("seconds_to_exit"),
+        "error_lines": st.get("error_lines"),
+        "spec_accept_length": [g.get("spec_accept_length") for g in st.get("generations") or []],
+        "avg_spec_accept_length": (st.get("server_info_after") or {}).get("avg_spec_accept_length"),
+        "sigterm_returncode": (st.get("sigterm") or {}).get("returncode"),
+    }
+
+
 def headline(run: Run) -> None:
     head: Json = {}
     for tag in selected():
-        st: dict[str, Any] = run.summary["stages"].get(tag) or {}
-        head[tag] = {
-            "ready": st.get("ready"),
-            "ready_after_launch_s": st.get("ready_after_launch_s"),
-            "returncode": st.get("returncode"),
-            "seconds_to_exit": st.get("seconds_to_exit"),
-            "error_lines": st.get("error_lines"),
-            "spec_accept_length": [g.get("spec_accept_length") for g in st.get("generations") or []],
-            "avg_spec_accept_length": (st.get("server_info_after") or {}).get("avg_spec_accept_length"),
-            "speculative_algorithm": (st.get("server_info_after") or {}).get("speculative_algorithm"),
-            "speculative_draft_model_path": (st.get("server_info_after") or {}).get("speculative_draft_model_path"),
-            "sigterm_returncode": (st.get("sigterm") or {}).get("returncode"),
-        }
+        st: Json = run.summary["stages"].get(tag) or {}
+        after = st.get("server_info_after") or {}
+        head[tag] = {**server_headline(st), "speculative_algorithm": after.get("speculative_algorithm"),
+                     "speculative_draft_model_path": after.get("speculative_draft_model_path")}
     run.summary["headline"] = head
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_script(script: str, models_stage: Callable[[Run, Path, Json], None],
+               servers_stage: Callable[[Run, Path, Json], None], summarize: Callable[[Run], None]) -> int:
+    """One recording script's whole run on the GPU machine: the models, the environment, the JIT kernels, the
+    servers, each a stage of its own, and `summarize` as the headline however it ends."""
+    ap = argparse.ArgumentParser(description=f"tests/hardware/{script}.py")
     ap.add_argument("--budget", type=float, default=float(os.environ.get("BUDGET_S", "520")))
     ap.add_argument("--res", type=Path, default=Path(os.environ.get("HW_RES", "/tmp/hw-results")))
     ap.add_argument("--models", type=Path, default=Path("/tmp/hw-models"))
     args = ap.parse_args()
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None
     run = Run(args.res, out, args.budget, float(os.environ.get("T0") or time.time()))
-    run.summary["script"] = "tests/hardware/nextn_without_mtp.py"
+    run.summary["script"] = f"tests/hardware/{script}.py"
     os.environ.update(driver.MANDATORY_ENV)
     try:
-        run.log(f"nextn_without_mtp start; budget {run.left():.0f} s left; python {sys.version.split()[0]}")
+        run.log(f"{script} start; budget {run.left():.0f} s left; python {sys.version.split()[0]}")
         jit = start_jit(run)
         with run.stage("models") as record:
-            stage_models(run, args.models, record)
+            models_stage(run, args.models, record)
         with run.stage("env") as record:
             driver.stage_env(run, record)
         with run.stage("jit", skip="" if jit else "no prebuild (a rehearsal, or HW_SKIP_JIT)") as record:
@@ -280,11 +300,15 @@ def main() -> int:
                 finish_jit(jit, record, timeout=min(150.0, max(10.0, run.left() - 330)))
         with run.stage("servers", needs_s=120) as record:
             if "skipped" not in record:
-                stage_servers(run, args.models, record)
+                servers_stage(run, args.models, record)
         ok = all((run.summary["stages"].get(name) or {}).get("ok") for name in ("models", "servers"))
         return 0 if ok else 1
     finally:
-        driver.finish(run, headline)
+        driver.finish(run, summarize)
+
+
+def main() -> int:
+    return run_script("nextn_without_mtp", stage_models, stage_servers, headline)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fixtures import model_repo
+
 SRC = Path(__file__).resolve().parents[2] / "simulator" / "src"
 
 GIB = 1_000_000_000
@@ -71,9 +73,14 @@ def make_model(
     total_size: int = 54 * GIB,
     mtp: bool = True,
     shards: int = 2,
+    processor: bool = True,
 ) -> Path:
-    """A Qwen3.6-27B-shaped checkpoint: config, index, sparse shard files."""
+    """A Qwen3.6-27B-shaped checkpoint: config, index, sparse shard files, and (`processor`) the image
+    processor and chat template a multimodal checkpoint needs to start (the generated test repository's)."""
     directory.mkdir(parents=True, exist_ok=True)
+    if processor:
+        (directory / "preprocessor_config.json").write_text(json.dumps(model_repo.preprocessor_config()))
+        (directory / "chat_template.jinja").write_text(model_repo.CHAT_TEMPLATE)
     config = {
         "architectures": [architecture],
         "model_type": "qwen3_5",

@@ -19,9 +19,15 @@ from mirror import parse, start_mirror
 
 ROOT = Path(__file__).resolve().parents[2]
 # The commits create_git_repo makes: fixed content, identity and dates give the same SHAs on every machine.
-COMMITS = ["a82506a6dd34cec37d9cd2d6a08c99e577d09853", "ab131df683199c3fb1c581b5b82f681832a7abed"]
+COMMITS = ["e247d76e82a7962099177c915d3e2b064ec8653b", "8ed888278db230e39d74c0c912fbbab04d7abc00"]
 DTYPE_BYTES = {"BF16": 2}
-FILES = {"config.json", "generation_config.json", "tokenizer_config.json", "model.safetensors.index.json", *SHARDS}
+# What a Qwen3.5 repository holds besides its weights: the tokenizer, the chat template and the image and video
+# processors (real SGLang 0.5.17 refuses the model at start without preprocessor_config.json).
+TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json",
+                   "video_preprocessor_config.json"}
+FILES = {"config.json", "generation_config.json", "model.safetensors.index.json", *TOKENIZER_FILES, *SHARDS}
+# Real SGLang 0.5.17 served the generated repository (revision 1) as ct129 and b200 launch it: this recording.
+RECORDING = ROOT / "tests/recordings/sglang-0.5.17-h200-tiny-qwen3.5"
 
 
 def digests(path: Path) -> dict[str, str]:
@@ -157,3 +163,37 @@ def test_production_pins_its_model_by_repository_and_commit() -> None:
     assert len(group["sglang_model"]["revision"]) == 40 and int(group["sglang_model"]["revision"], 16) >= 0
     for host_vars in (ROOT / "inventory/production/host_vars").glob("*.yml"):
         assert not {"sglang_model", "sglang_model_path"} & set(yaml.safe_load(host_vars.read_text())), host_vars.name
+
+
+def test_real_sglang_served_exactly_these_files(revisions: dict[int, Path]) -> None:
+    """The recording's listing holds the text of every file but the shards of what real SGLang loaded; the generator
+    still writes the same bytes, so the sandbox serves what the GPU run proved loadable."""
+    listing = json.loads((RECORDING / "models/listing.json").read_text())["tiny-qwen3.5"]
+    assert set(listing["files"]) == FILES
+    for name in FILES - set(SHARDS):
+        assert listing[name] == (revisions[1] / name).read_text(), name
+    headline = json.loads((RECORDING / "summary.json").read_text())["headline"]
+    assert {tag: headline[tag]["ready"] for tag in ("ct129", "b200", "control")} == {"ct129": True, "b200": True,
+                                                                                    "control": True}
+
+
+def test_the_tokenizer_covers_the_model_vocabulary() -> None:
+    """Every id the model can produce is a token: byte-level symbols, learnt merges, then the special tokens at the ids
+    config.json and generation_config.json name."""
+    from fixtures import model_repo
+
+    tokenizer = model_repo.tokenizer()
+    ids = sorted([*tokenizer["model"]["vocab"].values(), *(t["id"] for t in tokenizer["added_tokens"])])
+    assert ids == list(range(model_repo.VOCAB))
+    special = {t["content"]: t["id"] for t in tokenizer["added_tokens"]}
+    config, generation = model_repo.config(), model_repo.generation_config(1)
+    assert special["<|image_pad|>"] == config["image_token_id"] and special["<|video_pad|>"] == config["video_token_id"]
+    assert special["<|im_end|>"] in generation["eos_token_id"] and special["<|im_start|>"] == generation["bos_token_id"]
+    assert len(tokenizer["model"]["merges"]) == model_repo.FIRST_SPECIAL - 256
+
+
+def test_the_qwen36_stand_in_carries_the_generated_processors_and_template(revisions: dict[int, Path]) -> None:
+    """tests/fixtures/models/Qwen3.6-27B (Molecule's and the preflight corpus's model) starts only with them."""
+    stand_in = ROOT / "tests/fixtures/models/Qwen3.6-27B"
+    for name in ("preprocessor_config.json", "video_preprocessor_config.json", "chat_template.jinja"):
+        assert (stand_in / name).read_bytes() == (revisions[1] / name).read_bytes(), name

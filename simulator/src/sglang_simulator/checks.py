@@ -212,6 +212,21 @@ def resolve_launch(parsed: Mapping[str, Any], knobs: Knobs, facts: Facts, log: L
     return Resolved(settings, model, inventory, memory)
 
 
+def _capped_by_user(tokens: int, settings: Mapping[str, Any], log: LogAdapter) -> int:
+    """``--max-total-tokens`` caps the KV pool the memory allows (mem_cache/kv_cache_configurator.py
+    ``_apply_token_constraints``)."""
+    user_limit = settings.get("max_total_tokens")
+    if user_limit is None:
+        return tokens
+    if int(user_limit) > tokens:
+        log.warning(
+            "max_total_tokens=%d is larger than the profiled value %d. Use the profiled value instead.",
+            int(user_limit),
+            tokens,
+        )
+    return min(tokens, int(user_limit))
+
+
 def place_launch(
     resolved: Resolved, knobs: Knobs, env: Mapping[str, str], facts: Facts, log: LogAdapter
 ) -> Plan:
@@ -232,7 +247,7 @@ def place_launch(
     weights_mib = (model.weights_mib + (draft.weights_mib if draft else 0.0)) / tp_pp
     free_mib = min(free)
     kv_mib = max(0.0, free_mib * memory.mem_fraction_static - weights_mib)
-    tokens = int(kv_mib * (1 << 20) // model.kv_bytes_per_token(tp))
+    tokens = _capped_by_user(int(kv_mib * (1 << 20) // model.kv_bytes_per_token(tp)), settings, log)
     mrr = settings.get("max_running_requests")
     algorithm = settings.get("speculative_algorithm")
     accept: float | None = None

@@ -34,6 +34,10 @@ _VOCAB = (
 )
 _TOKEN_BASE = 1000
 
+# How long a chat reply is when nothing cuts it short: its last token is the model's EOS, which ends the
+# assistant's turn (real 0.5.17: the tiny Qwen3.5's reply to a 64-token budget ended by its EOS after 34).
+CHAT_REPLY_TOKENS = 24
+
 
 def count_prompt_tokens(text: str) -> int:
     """About four characters per token, like common BPE vocabularies."""
@@ -176,13 +180,22 @@ class Engine:
             produced += size
 
     def generate(
-        self, prompt: str, max_new_tokens: int | None, *, stream: bool, rid: str | None = None
+        self,
+        prompt: str,
+        max_new_tokens: int | None,
+        *,
+        stream: bool,
+        rid: str | None = None,
+        reply_tokens: int | None = None,
     ) -> Iterator[tuple[Step, Result]]:
-        """Run one request; yields after every forward step."""
+        """Run one request; yields after every forward step.
+
+        ``reply_tokens``: the reply ends with the EOS as its token number ``reply_tokens`` (a chat turn);
+        None: the text runs on to ``max_new_tokens`` (a plain continuation; a reply of CHAT_REPLY_TOKENS
+        when that is None too)."""
         prompt_tokens = count_prompt_tokens(prompt)
         result = Result(rid=rid or uuid.uuid4().hex, prompt_tokens=prompt_tokens)
-        # No max_new_tokens: stop at a fake EOS after a short answer.
-        limit = max_new_tokens if max_new_tokens is not None else 24
+        limit, ends_with_eos = reply_end(max_new_tokens, reply_tokens)
         seed = int.from_bytes(hashlib.sha256(prompt.encode("utf-8")).digest()[:4], "big")
         key = "true" if stream else "false"
         with self._lock:
@@ -198,7 +211,11 @@ class Engine:
             position = 0
             for index, (size, accepted) in enumerate(self._step_sizes(limit)):
                 ids = [_TOKEN_BASE + (seed + (position + i) * 7) % len(_VOCAB) for i in range(size)]
-                text = "".join(" " + _VOCAB[t - _TOKEN_BASE] for t in ids)
+                words = ids
+                if ends_with_eos and position + size >= limit:
+                    words = ids[:-1]
+                    ids = [*words, self.eos_token_id]  # a special token: it adds no text
+                text = "".join(" " + _VOCAB[t - _TOKEN_BASE] for t in words)
                 position += size
                 time.sleep(self.token_seconds)
                 result.output_ids.extend(ids)
@@ -212,27 +229,47 @@ class Engine:
                 if verify:
                     self._on_step(accepted)
                 if position >= limit:
-                    self._finish(result, max_new_tokens)
+                    self._finish(result, max_new_tokens, ends_with_eos)
                 yield Step(ids, text), result
             if limit == 0:
-                self._finish(result, max_new_tokens)
+                self._finish(result, max_new_tokens, ends_with_eos)
                 yield Step([], ""), result
         finally:
             with self._lock:
                 self.counters.running -= 1
             self._slots.release()
 
-    def _finish(self, result: Result, max_new_tokens: int | None) -> None:
-        if max_new_tokens is None:
+    def _finish(self, result: Result, max_new_tokens: int | None, by_eos: bool) -> None:
+        """schedule_batch.py FINISH_MATCHED_TOKEN / FINISH_LENGTH ``to_json()``."""
+        if by_eos:
             result.finish_reason = {"type": "stop", "matched": self.eos_token_id}
         else:
             result.finish_reason = {"type": "length", "length": max_new_tokens}
         result.finished = time.monotonic()
 
-    def run(self, prompt: str, max_new_tokens: int | None, *, rid: str | None = None) -> Result:
+    def run(
+        self,
+        prompt: str,
+        max_new_tokens: int | None,
+        *,
+        rid: str | None = None,
+        reply_tokens: int | None = None,
+    ) -> Result:
         result: Result | None = None
-        for _, step_result in self.generate(prompt, max_new_tokens, stream=False, rid=rid):
+        steps = self.generate(prompt, max_new_tokens, stream=False, rid=rid, reply_tokens=reply_tokens)
+        for _, step_result in steps:
             result = step_result
         if result is None:  # pragma: no cover - generate always yields
             raise RuntimeError("generation produced nothing")
         return result
+
+
+def reply_end(max_new_tokens: int | None, reply_tokens: int | None) -> tuple[int, bool]:
+    """(tokens the request generates, whether the last of them is the EOS). Real SGLang checks the length
+    before the EOS (schedule_batch.py ``update_finish_state``), so a reply that fills max_new_tokens
+    exactly ends by length."""
+    if max_new_tokens is None:
+        return reply_tokens or CHAT_REPLY_TOKENS, True
+    if reply_tokens is not None and reply_tokens < max_new_tokens:
+        return reply_tokens, True
+    return max_new_tokens, False

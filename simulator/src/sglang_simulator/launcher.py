@@ -21,12 +21,15 @@ about 6 s after the SIGTERM (``SGLANG_SIM_STOP_SECONDS``).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
@@ -39,6 +42,7 @@ from .environment import deprecation_warnings, ignored_warning
 from .errors import StartupError
 from .facts import Facts, load_facts
 from .knobs import KnobError, Knobs
+from .model import image_processor_error, tokenizer_files
 from .server import App, SimHTTPServer, Status, make_server
 
 LogAdapter = logging.LoggerAdapter[logging.Logger]
@@ -68,6 +72,41 @@ def _report(log: LogAdapter, exc: StartupError, *, scheduler: bool) -> None:
         log.error("%s", exc)
     for line in exc.details:
         log.error("simulator: %s", line)
+
+
+def _warmup_chat(host: str, port: int, settings: Mapping[str, Any]) -> tuple[int, str]:
+    """A multimodal model's warm-up: a chat completion sent to the server itself (real SGLang's carries
+    an image as well; the simulator reads none). Its status and body."""
+    address = (
+        "127.0.0.1"
+        if host in ("0.0.0.0", "")
+        else "[::1]"
+        if host == "::"
+        else f"[{host}]"
+        if ":" in host
+        else host
+    )
+    body = {
+        "model": settings["served_model_name"],
+        "max_tokens": 8,
+        "stream": False,
+        "temperature": 0.0,
+        "messages": [{"role": "user", "content": "Describe the image."}],
+    }
+    request = urllib.request.Request(
+        f"http://{address}:{port}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            **({"Authorization": f"Bearer {settings['api_key']}"} if settings.get("api_key") else {}),
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return int(response.status), response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode(errors="replace")
 
 
 def _server_args_line(settings: Mapping[str, Any]) -> str:
@@ -149,6 +188,33 @@ class Launch:
         self.log.error("Received sigquit from a child process. It usually means the child failed.")
         return self._kill_tree()
 
+    def _tokenizer_manager_failed(self, message: str) -> int:
+        """The main process's tokenizer manager raised while the scheduler loads: the children are
+        killed, and the exception ends the process (exit 1)."""
+        self.log.info(
+            "kill_process_tree called: parent_pid=%d, include_parent=False, pid=%d", self.pid, self.pid
+        )
+        sys.stderr.write(
+            "Traceback (most recent call last):\n"
+            '  File "sglang/srt/managers/tokenizer_manager.py", in init_tokenizer_and_processor\n'
+            "    _processor = _get_processor_wrapper(server_args)\n"
+            f"{message}\n"
+        )
+        sys.stderr.flush()
+        self._cleanup()
+        return 1
+
+    def _warmup_failed(self, answer: str) -> int:
+        """``_execute_server_warmup`` got an answer other than 200: it logs the assertion, kills the tree."""
+        self.log.error("Initialization failed. warmup error: Traceback (most recent call last):")
+        sys.stderr.write(
+            '  File "sglang/srt/entrypoints/http_server.py", in _execute_server_warmup\n'
+            '    assert res.status_code == 200, f"{res.text}"\n'
+            f"AssertionError: {answer}\n"
+        )
+        sys.stderr.flush()
+        return self._kill_tree()
+
     def _crash_diagnostics(self) -> None:
         """``dump_requests_before_crash`` of the running phase (py-spy/coredump dumps are on by default)."""
         self.log.info("Sleeping 5 seconds before crash diagnostics to let GPU activity settle.")
@@ -174,6 +240,11 @@ class Launch:
             _report(self.log, exc, scheduler=False)
             return 1
         self.log.info("%s", _server_args_line(resolved.settings))
+        processor_error = image_processor_error(
+            resolved.model, tokenizer_files(str(resolved.settings["tokenizer_path"]))
+        )
+        if processor_error is not None:
+            return self._tokenizer_manager_failed(processor_error)
         tp_size = int(resolved.settings.get("tp_size") or 1)
         self.sched_log = logs.scheduler_logger(tp_size)
         try:
@@ -300,7 +371,12 @@ class Launch:
         if not settings.get("skip_server_warmup"):
             if self._wait(self.knobs.warmup_seconds):
                 return self._shutdown(app)
-            engine.run(_WARMUP_PROMPT, 8)
+            if plan.model.multimodal and not settings.get("skip_tokenizer_init"):
+                status, answer = _warmup_chat(host, port, settings)
+                if status != 200:
+                    return self._warmup_failed(answer)
+            else:
+                engine.run(_WARMUP_PROMPT, 8)
         app.status = Status.UP
         self.log.info("The server is fired up and ready to roll!")
         if self.knobs.die_after_seconds is not None:

@@ -138,6 +138,7 @@ class ServerFacts:
     speculative_num_steps: int = 0
     speculative_num_draft_tokens: int = 0
     speculative: bool = False
+    hicache_host_total_tokens: int | None = None  # None: no --enable-hierarchical-cache
     startup_time: Mapping[str, float] = field(default_factory=dict)
     http_requests: Mapping[tuple[str, str], int] = field(default_factory=dict)
     http_responses: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
@@ -181,6 +182,15 @@ class _Writer:
             self.sample(f"{name}_bucket", [*labels, ("le", _le(bound))], count)
         self.sample(f"{name}_bucket", [*labels, ("le", "+Inf")], count)
         self.sample(f"{name}_count", labels, count)
+
+
+def _hicache_gauges(out: _Writer, rank: Labels, total_tokens: int) -> None:
+    """metrics_collector.py's host-tier gauges (only with --enable-hierarchical-cache). The simulator keeps
+    no prefix cache, so nothing is backed up to the host pool: used is 0."""
+    out.family("hicache_host_used_tokens", "gauge", "Number of tokens currently used in the host KV cache.")
+    out.sample("hicache_host_used_tokens", rank, 0)
+    out.family("hicache_host_total_tokens", "gauge", "Total capacity of the host KV cache in tokens.")
+    out.sample("hicache_host_total_tokens", rank, total_tokens)
 
 
 def render(
@@ -293,6 +303,8 @@ def _render(c: Counters, info: ServerFacts) -> str:
             out.family("graph_memory_usage_gb", "gauge", "Memory used by captured device graphs in GB.")
             for phase in _GRAPH_PHASES:
                 out.sample("graph_memory_usage_gb", [*rank, ("phase", phase)], 0.0)
+        if name == "is_cuda_graph" and info.hicache_host_total_tokens is not None:
+            _hicache_gauges(out, rank, info.hicache_host_total_tokens)
     for name, doc in (
         (
             "routing_key_running_req_count",

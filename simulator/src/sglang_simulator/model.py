@@ -6,14 +6,18 @@
 * weight size: ``model.safetensors.index.json`` ``metadata.total_size``, else
   the sum of the ``*.safetensors`` file sizes (sparse files are fine);
 * tensor names: the index ``weight_map`` (else the safetensors headers), to
-  tell whether the checkpoint carries MTP (next-token-prediction) layers.
+  tell whether the checkpoint carries MTP (next-token-prediction) layers;
+* the tokenizer directory (``--tokenizer-path``, else the model's): whether it
+  has the image processor a multimodal architecture needs at start
+  (``preprocessor_config.json``) and a chat template (``chat_template.jinja``,
+  or ``chat_template`` in ``tokenizer_config.json``).
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,79 @@ from .errors import StartupError
 from .mtp import has_mtp_tensors
 
 _MIB = 1 << 20
+
+# SGLang 0.5.17 configs/model_config.py `multimodal_model_archs`: for these its tokenizer manager builds
+# the model's processor at start (even with --skip-tokenizer-init), and its warm-up is a chat completion.
+# Gemma3, Llama4 and Step3VL are listed there too, but their multimodal path is off without
+# --enable-multimodal.
+MULTIMODAL_ARCHITECTURES = frozenset(
+    {
+        "CLIPModel",
+        "Cohere2VisionForConditionalGeneration",
+        "DeepseekVL2ForCausalLM",
+        "Ernie4_5_VLMoeForConditionalGeneration",
+        "MiniMaxM3SparseForConditionalGeneration",
+        "Gemma3nForConditionalGeneration",
+        "Gemma4ForConditionalGeneration",
+        "Gemma4UnifiedForConditionalGeneration",
+        "Glm4vForConditionalGeneration",
+        "Glm4vMoeForConditionalGeneration",
+        "GlmOcrForConditionalGeneration",
+        "GlmAsrForConditionalGeneration",
+        "GlmImageForConditionalGeneration",
+        "Grok1VForCausalLM",
+        "Grok1AForCausalLM",
+        "LlavaLlamaForCausalLM",
+        "LlavaMistralForCausalLM",
+        "LlavaQwenForCausalLM",
+        "LlavaForConditionalGeneration",
+        "LlavaVidForCausalLM",
+        "Lfm2VlForConditionalGeneration",
+        "LightOnOCRForConditionalGeneration",
+        "MiMoV2ASRForCausalLM",
+        "MiniCPMO",
+        "MiniCPMV",
+        "Mistral3ForConditionalGeneration",
+        "MultiModalityCausalLM",
+        "MllamaForConditionalGeneration",
+        "MossVLForConditionalGeneration",
+        "NemotronH_Nano_VL_V2",
+        "NemotronH_Nano_Omni_Reasoning_V3",
+        "PixtralForConditionalGeneration",
+        "Qwen2AudioForConditionalGeneration",
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration",
+        "Qwen3ASRForConditionalGeneration",
+        "Qwen3OmniMoeForConditionalGeneration",
+        "KimiVLForConditionalGeneration",
+        "LocateAnythingForConditionalGeneration",
+        "InternVLChatModel",
+        "InternS1ForConditionalGeneration",
+        "InternS1ProForConditionalGeneration",
+        "Phi4MMForCausalLM",
+        "VoxtralForConditionalGeneration",
+        "WhisperForConditionalGeneration",
+        "POINTSV15ChatModel",
+        "DotsVLMForCausalLM",
+        "DotsOCRForCausalLM",
+        "Sarashina2VisionForCausalLM",
+        "NVILAForConditionalGeneration",
+        "NVILALiteForConditionalGeneration",
+        "DeepseekOCRForCausalLM",
+        "UnlimitedOCRForCausalLM",
+        "JetVLMForConditionalGeneration",
+        "PaddleOCRVLForConditionalGeneration",
+        "MiDashengLMModel",
+        "StepVLForConditionalGeneration",
+        "Step3p7ForConditionalGeneration",
+        "KimiK25ForConditionalGeneration",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +111,7 @@ class ModelInfo:
     weights_bytes: int
     tensor_names: frozenset[str] | None
     has_vision: bool
+    generation_config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def weights_mib(self) -> float:
@@ -49,13 +127,19 @@ class ModelInfo:
 
     @property
     def eos_token_id(self) -> int:
-        for cfg in (self.config, self.text_config):
+        """The first EOS id of generation_config.json, else config.json's (real SGLang 0.5.17 answered
+        generation_config.json's first id as matched_stop)."""
+        for cfg in (self.generation_config, self.config, self.text_config):
             value = cfg.get("eos_token_id")
             if isinstance(value, list) and value:
                 value = value[0]
             if isinstance(value, int):
                 return value
         return 2
+
+    @property
+    def multimodal(self) -> bool:
+        return any(architecture in MULTIMODAL_ARCHITECTURES for architecture in self.architectures)
 
     def has_mtp_weights(self) -> bool | None:
         """True/False from the tensor names (sglang-fleet's preflight rule); None when they are unknown."""
@@ -168,4 +252,51 @@ def load_model(model_path: str) -> ModelInfo:
         weights_bytes=weights_bytes,
         tensor_names=names,
         has_vision=isinstance(config.get("vision_config"), dict),
+        generation_config=_read_json(generation)
+        if (generation := directory / "generation_config.json").is_file()
+        else {},
     )
+
+
+@dataclass(frozen=True)
+class TokenizerFiles:
+    """What transformers finds in a tokenizer directory, as far as SGLang's start depends on it."""
+
+    path: str
+    has_image_processor: bool
+    has_chat_template: bool
+
+
+def tokenizer_files(tokenizer_path: str) -> TokenizerFiles:
+    directory = Path(tokenizer_path)
+    template = (directory / "chat_template.jinja").is_file()
+    if not template and (directory / "tokenizer_config.json").is_file():
+        try:
+            template = bool(
+                json.loads((directory / "tokenizer_config.json").read_text()).get("chat_template")
+            )
+        except (OSError, ValueError, AttributeError):
+            template = False
+    return TokenizerFiles(tokenizer_path, (directory / "preprocessor_config.json").is_file(), template)
+
+
+def image_processor_error(model: ModelInfo, tokenizer: TokenizerFiles) -> str | None:
+    """transformers' OSError when SGLang builds a multimodal model's processor from a directory
+    without one."""
+    if not model.multimodal or tokenizer.has_image_processor:
+        return None
+    path = tokenizer.path
+    return (
+        f"OSError: Can't load image processor for '{path}'. If you were trying to load it from "
+        "'https://huggingface.co/models', make sure you don't have a local directory with the same "
+        f"name. Otherwise, make sure '{path}' is the correct path to a directory containing a "
+        "preprocessor_config.json file"
+    )
+
+
+CHAT_TEMPLATE_MISSING = (
+    "Cannot use chat template functions because tokenizer.chat_template is not set and no template "
+    "argument was passed! For information about writing templates and setting the "
+    "tokenizer.chat_template attribute, please see the documentation at "
+    "https://huggingface.co/docs/transformers/main/en/chat_templating"
+)

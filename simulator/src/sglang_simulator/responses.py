@@ -9,9 +9,11 @@ import time
 import zlib
 from typing import Any
 
+from .cache_pools import mamba_cache_chunk_size
 from .checks import Plan
 from .engine import Result
 from .facts import SGLANG_VERSION, release
+from .model import CHAT_TEMPLATE_MISSING
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -197,6 +199,9 @@ def server_info(
     )
     if is_legacy(version):
         state.update({"_declarations_materialized": True, "_mx_config_cache": {}})
+    chunk_size = mamba_cache_chunk_size(plan.model, int(plan.settings.get("page_size") or 1))
+    if chunk_size is not None:  # cached by the scheduler's first read of ServerArgs.mamba_cache_chunk_size
+        state["_mamba_cache_chunk_size"] = chunk_size
     state.update(
         {
             "world_size": plan.world_size,
@@ -306,13 +311,15 @@ def generate_meta_info(
     return meta
 
 
-def usage(result: Result, prompt_tokens: int, version: str = SGLANG_VERSION) -> dict[str, Any]:
+def usage(
+    result: Result, prompt_tokens: int, version: str = SGLANG_VERSION, reasoning_tokens: int = 0
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + result.completion_tokens,
         "completion_tokens": result.completion_tokens,
         "prompt_tokens_details": None,
-        "reasoning_tokens": 0,
+        "reasoning_tokens": reasoning_tokens,
     }
     if not is_legacy(version):
         out["completion_tokens_details"] = None
@@ -399,9 +406,14 @@ def chat_completion(
     prompt_tokens: int,
     weight_version: str,
     version: str = SGLANG_VERSION,
+    reasoning_split: bool = False,
+    reasoning_tokens: int = 0,
 ) -> dict[str, Any]:
+    """``reasoning_split``: the reply is all reasoning (reasoning.py); serving_chat.py answers an empty
+    content as "" and an empty reasoning as None."""
     reason, matched = finish(result)
-    message: dict[str, Any] = {"role": "assistant", "content": result.text, "reasoning_content": None}
+    reasoning, content = (result.text or None, "") if reasoning_split else (None, result.text)
+    message: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": reasoning}
     if is_legacy(version):
         message["tool_calls"] = None  # 0.5.23's ChatMessage drops a None tool_calls
     return {
@@ -418,7 +430,7 @@ def chat_completion(
                 "matched_stop": matched,
             }
         ],
-        "usage": usage(result, prompt_tokens, version),
+        "usage": usage(result, prompt_tokens, version, reasoning_tokens),
         "metadata": {"weight_version": weight_version},
     }
 
@@ -432,9 +444,10 @@ def chat_chunk(
     content: str | None = None,
     finish_reason: str | None = None,
     matched_stop: Any = None,
+    reasoning_content: str | None = None,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk`` (sse_utils.build_sse_content layout)."""
-    delta: dict[str, Any] = {"reasoning_content": None}
+    delta: dict[str, Any] = {"reasoning_content": reasoning_content}
     if role is not None:
         delta["role"] = role
     if content is not None:
@@ -457,7 +470,13 @@ def chat_chunk(
 
 
 def chat_usage_chunk(
-    result: Result, *, model: str, created: int, prompt_tokens: int, version: str = SGLANG_VERSION
+    result: Result,
+    *,
+    model: str,
+    created: int,
+    prompt_tokens: int,
+    version: str = SGLANG_VERSION,
+    reasoning_tokens: int = 0,
 ) -> dict[str, Any]:
     return {
         "id": result.rid,
@@ -465,7 +484,7 @@ def chat_usage_chunk(
         "created": created,
         "model": model,
         "choices": [],
-        "usage": usage(result, prompt_tokens, version),
+        "usage": usage(result, prompt_tokens, version, reasoning_tokens),
     }
 
 
@@ -522,3 +541,15 @@ def error_response(message: str, code: int = 400) -> dict[str, Any]:
     """FastAPI validation errors, as SGLang's handler rewrites them."""
     phrase = {400: "Bad Request", 404: "Not Found", 415: "Unsupported Media Type"}.get(code, "Error")
     return {"object": "error", "message": message, "type": phrase, "param": None, "code": code}
+
+
+def chat_template_missing() -> dict[str, Any]:
+    """A chat completion for a tokenizer without a chat template: transformers' ValueError, as SGLang
+    answers it."""
+    return {
+        "object": "error",
+        "message": CHAT_TEMPLATE_MISSING,
+        "type": "BadRequest",
+        "param": None,
+        "code": 400,
+    }

@@ -19,14 +19,18 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from . import metrics, responses
+from .cache_pools import hicache_host_tokens
 from .checks import Plan
-from .engine import Engine, Result, count_prompt_tokens
+from .engine import CHAT_REPLY_TOKENS, Engine, Result, count_prompt_tokens
 from .facts import SGLANG_VERSION
 from .knobs import Knobs
+from .model import tokenizer_files
+from .reasoning import chat_reasoning
 
 LogAdapter = logging.LoggerAdapter[logging.Logger]
 _EXEMPT_PREFIXES = ("/health", "/ready", "/metrics")
@@ -66,6 +70,16 @@ class App:
     @property
     def settings(self) -> dict[str, Any]:
         return self.plan.settings
+
+    @cached_property
+    def chat_template_missing(self) -> bool:
+        """A multimodal model whose tokenizer has no chat template and no --chat-template: every chat
+        completion is refused (recorded for multimodal models only)."""
+        return (
+            self.plan.model.multimodal
+            and not self.settings.get("chat_template")
+            and not tokenizer_files(str(self.settings["tokenizer_path"])).has_chat_template
+        )
 
     @property
     def served_model_name(self) -> str:
@@ -400,6 +414,9 @@ class Handler(BaseHTTPRequestHandler):
                 speculative_num_steps=int(app.settings.get("speculative_num_steps") or 0),
                 speculative_num_draft_tokens=int(app.settings.get("speculative_num_draft_tokens") or 0),
                 speculative=app.speculative,
+                hicache_host_total_tokens=hicache_host_tokens(
+                    app.settings, plan.model, plan.max_total_num_tokens
+                ),
                 startup_time={k: v for k, v in app.startup_time.items() if isinstance(v, (int, float))},
                 http_requests=requests,
                 http_responses=answered,
@@ -490,15 +507,19 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             raise BadRequestError(responses.error_response("Input should be a valid dictionary"))
         prompt = _prompt_of_messages(body.get("messages"))
+        if self.app.chat_template_missing:
+            raise BadRequestError(responses.chat_template_missing())
         prompt_tokens = count_prompt_tokens(prompt)
         self._check_context(prompt_tokens)
         max_new = _max_tokens(body, "max_completion_tokens", "max_tokens", default=None)
+        reply_tokens = None if body.get("ignore_eos") is True else CHAT_REPLY_TOKENS
         model = str(body.get("model") or "default")
         created = int(time.time())
         weight_version = str(self.app.settings.get("weight_version", "default"))
+        parsed = chat_reasoning(self.app.settings, body)
         engine = self.app.engine
         if not body.get("stream"):
-            result = engine.run(prompt, max_new)
+            result = engine.run(prompt, max_new, reply_tokens=reply_tokens)
             self._send_json(
                 200,
                 responses.chat_completion(
@@ -508,24 +529,36 @@ class Handler(BaseHTTPRequestHandler):
                     prompt_tokens=prompt_tokens,
                     weight_version=weight_version,
                     version=self.app.version,
+                    reasoning_split=parsed.split,
+                    reasoning_tokens=parsed.reasoning_tokens(result.completion_tokens),
                 ),
             )
             return
         options = body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+        held_back = parsed.split and body.get("stream_reasoning") is False  # sent in one piece at the end
         rid = uuid.uuid4().hex
+
+        def text_chunk(text: str) -> bytes:
+            if parsed.split:
+                return _sse(responses.chat_chunk(rid, model=model, created=created, reasoning_content=text))
+            return _sse(responses.chat_chunk(rid, model=model, created=created, content=text))
 
         def chunks() -> Iterator[bytes]:
             last: Result | None = None
             first = True
-            for step, result in engine.generate(prompt, max_new, stream=True, rid=rid):
+            unsent = ""
+            steps = engine.generate(prompt, max_new, stream=True, rid=rid, reply_tokens=reply_tokens)
+            for step, result in steps:
                 if first:
                     first = False
                     yield _sse(
                         responses.chat_chunk(rid, model=model, created=created, role="assistant", content="")
                     )
-                if step.text:
-                    yield _sse(responses.chat_chunk(rid, model=model, created=created, content=step.text))
+                unsent += step.text
+                if unsent and (not held_back or result.finish_reason is not None):
+                    yield text_chunk(unsent)
+                    unsent = ""
                 last = result
             if last is not None:
                 reason, matched = responses.finish(last)
@@ -542,6 +575,7 @@ class Handler(BaseHTTPRequestHandler):
                             created=created,
                             prompt_tokens=prompt_tokens,
                             version=self.app.version,
+                            reasoning_tokens=parsed.reasoning_tokens(last.completion_tokens),
                         )
                     )
             yield b"data: [DONE]\n\n"
