@@ -9,6 +9,13 @@ Run it with the interpreter of a venv that has the pinned SGLang installed
 
 It writes ``roles/sglang_plan/files/sglang-<version>.json`` (the simulator links to it) for the
 installed version (which must have an entry in ``RETIRED_FLAGS`` / ``RETIRED_ENV``).
+
+The multimodal keys (below) are read from the source alone, so they can be refreshed in an
+existing table from an unpacked wheel, with any Python and without torch; every other key is kept
+byte for byte (how they were added to both tables):
+
+    pip download --no-deps sglang==0.5.23 -d /tmp/w && unzip -q /tmp/w/sglang-*.whl 'sglang/*' -d /tmp/w
+    python3 scripts/extract_sglang_facts.py --static /tmp/w/sglang
 The output is deterministic: running it twice against the same install gives
 a byte-identical file.  The ``flags`` list keeps the real parser's
 registration order (argparse lists ambiguous-prefix candidates in that order,
@@ -30,6 +37,16 @@ What is read, and from where (paths relative to the ``sglang`` package):
   ``_DEPRECATED_ENVS`` registry, or, in releases without one such as 0.5.17,
   its ``_print_deprecated_env`` / ``_warn_deprecated_env_to_cli_flag`` calls,
   read statically).
+* multimodal start (read statically, see ``MULTIMODAL_KEYS``): the
+  architectures SGLang treats as multimodal by default and those only
+  ``--enable-multimodal`` turns on (``srt/configs/model_config.py``
+  ``multimodal_model_archs`` and ``ModelConfig.__init__``), the non-generation
+  architectures (``is_generation_model``), the model types and model path
+  patterns for which SGLang picks a conversation template of its own
+  (``srt/parser/conversation.py``), and the model types SGLang registers a
+  processor of its own for (``srt/configs/*.py``).  The plan refuses a
+  multimodal checkpoint whose tokenizer directory lacks what SGLang loads at
+  start (its image processor) or after it (a chat template, for the warm-up).
 * renamed / removed flags and removed environment variables: these are the
   one thing a single release cannot tell by itself.  They are listed below
   per release (``RETIRED_FLAGS``, ``RETIRED_ENV``) with their provenance and
@@ -490,6 +507,284 @@ def _verify_retired_env(env_names: list[str], version: str) -> tuple[list[str], 
     return sorted(RETIRED_ENV[version]), replacements
 
 
+# ---------------------------------------------------------------------------
+# What SGLang does at start with a multimodal checkpoint, read statically from the package source (no import: the
+# lists are module-level literals, and reading them needs no torch). ``--static <unpacked sglang package>`` refreshes
+# only these keys of an existing table (see main()).
+#
+# * multimodal_architectures: ``multimodal_model_archs`` of ``srt/configs/model_config.py`` (what
+#   ``is_multimodal_model`` matches; ``*NAME`` entries resolved from the module's own tuples) minus what
+#   ``ModelConfig.__init__`` turns off while ``enable_multimodal is None`` (``mm_disabled_models``: Gemma 3, Llama 4,
+#   Step3-VL, ...; and MiMo-V2, on only when its config has vision_config and audio_config). For these SGLang builds
+#   the model's processor at start from the tokenizer directory (``TokenizerManager.init_tokenizer_and_processor``).
+#   ``SGLANG_EXTERNAL_MM_MODEL_ARCH`` (one more, from the environment) is not in the table.
+# * multimodal_architectures_opt_in: the ones turned off by default; ``--enable-multimodal`` turns them on.
+# * non_generation_architectures: those ``is_generation_model`` names (embedding, reward, classification models):
+#   their warm-up is /encode, never a chat completion.
+# * conversation_template_model_types / conversation_template_path_patterns: what the matching functions of
+#   ``srt/parser/conversation.py`` (``get_conv_template_by_model_path``, which ``TemplateManager.load_chat_template``
+#   asks before the tokenizer's own template) look for: config.json model types (``MODEL_TYPE_TO_TEMPLATE`` and
+#   ``model_type == "..."``) and regular expressions searched in the model path (``re.search`` patterns, and
+#   ``"..." in model_path.lower()`` as an escaped pattern), each prefixed (?i) where SGLang ignores case. A pattern
+#   that makes a function return None (an exclusion) is listed as well: the plan only skips a check on a match.
+# * own_processor_model_types: the model types of the config classes in ``srt/configs/*.py`` SGLang registers a
+#   processor of its own for (``AutoProcessor.register``, ``register_processor``, ``@register_customized_processor``):
+#   that processor, not transformers', decides which files it reads (DeepSeek-VL2's reads the tokenizer only).
+
+MULTIMODAL_KEYS = (
+    "multimodal_architectures",
+    "multimodal_architectures_opt_in",
+    "non_generation_architectures",
+    "conversation_template_model_types",
+    "conversation_template_path_patterns",
+    "own_processor_model_types",
+)
+# The sentence main() ends the table's "source" with, naming where MULTIMODAL_KEYS come from.
+MULTIMODAL_SOURCE = (
+    "Multimodal architectures (on by default, and turned on by --enable-multimodal), non-generation architectures, "
+    "the conversation templates guessed from the model path and the model types with a processor of SGLang's own: "
+    "read statically from srt/configs/model_config.py, srt/parser/conversation.py and srt/configs/*.py."
+)
+
+
+def _module(path: Path) -> ast.Module:
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing: this release is laid out differently, update the extraction")
+    return ast.parse(path.read_text())
+
+
+def _module_strings(tree: ast.Module) -> dict[str, list[str]]:
+    """Module-level names bound to a literal list, tuple or set of strings (frozenset({...}) too)."""
+    found: dict[str, list[str]] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(node, ast.AnnAssign):
+            target = node.target
+        value = getattr(node, "value", None)
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.args:
+            value = value.args[0]  # frozenset({...}), tuple([...])
+        if isinstance(target, ast.Name) and isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+            items = [_literal_str(item) for item in value.elts]
+            if items and all(item is not None for item in items):
+                found[target.id] = [item for item in items if item is not None]
+    return found
+
+
+def _assigns(node: ast.AST, name: str) -> bool:
+    """True when `node` is an assignment to the name `name`."""
+    return isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+
+
+def _strings_of(node: ast.AST, names: dict[str, list[str]], where: str) -> list[str]:
+    """The strings of a list/tuple/set literal (``*NAME`` and NAME resolved through `names`)."""
+    if isinstance(node, ast.Name) and node.id in names:
+        return names[node.id]
+    if not isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        raise SystemExit(f"{where}: not a literal list of names ({ast.unparse(node)})")
+    out: list[str] = []
+    for item in node.elts:
+        text = _literal_str(item)
+        if text is not None:
+            out.append(text)
+        elif isinstance(item, ast.Starred) and isinstance(item.value, ast.Name) and item.value.id in names:
+            out += names[item.value.id]
+        else:
+            raise SystemExit(f"{where}: cannot read {ast.unparse(item)}")
+    return out
+
+
+def _multimodal_architectures(pkg: Path) -> tuple[list[str], list[str]]:
+    """(on by default, turned on only by --enable-multimodal), from srt/configs/model_config.py."""
+    path = pkg / "srt" / "configs" / "model_config.py"
+    tree = _module(path)
+    names = _module_strings(tree)
+    listed: list[str] | None = None
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign) and _assigns(statement, "multimodal_model_archs"):
+            listed = _strings_of(statement.value, names, f"{path} multimodal_model_archs")
+    if not listed:
+        raise SystemExit(f"{path}: no module-level multimodal_model_archs list")
+    # Inside `if enable_multimodal is None:`, every `<...>.architectures[0] in X` test of a branch that sets
+    # enable_multimodal = False names architectures that stay text-only unless --enable-multimodal is given.
+    local = dict(names)
+    off: set[str] = set()
+    default_block = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    items = [_literal_str(item) for item in node.value.elts]
+                    if items and all(item is not None for item in items):
+                        local[target.id] = [item for item in items if item is not None]
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name)
+            and node.test.left.id == "enable_multimodal"
+            and isinstance(node.test.ops[0], ast.Is)
+            and isinstance(node.test.comparators[0], ast.Constant)
+            and node.test.comparators[0].value is None
+        ):
+            default_block = node
+    if default_block is None:
+        raise SystemExit(f"{path}: no `if enable_multimodal is None:` block")
+    for branch in ast.walk(default_block):
+        if not isinstance(branch, ast.If):
+            continue
+        sets_off = any(
+            isinstance(stmt, ast.Assign)
+            and _assigns(stmt, "enable_multimodal")
+            and isinstance(stmt.value, ast.Constant)
+            and stmt.value.value is False
+            for stmt in branch.body
+        )
+        if not sets_off:
+            continue
+        for test in ast.walk(branch.test):
+            if (
+                isinstance(test, ast.Compare)
+                and isinstance(test.ops[0], ast.In)
+                and isinstance(test.left, ast.Subscript)
+                and "architectures" in ast.unparse(test.left)
+            ):
+                off.update(_strings_of(test.comparators[0], local, f"{path} enable_multimodal default"))
+    if not off:
+        raise SystemExit(f"{path}: no architecture is off by default; check the enable_multimodal block")
+    return sorted(set(listed) - off), sorted(set(listed) & off)
+
+
+def _non_generation_architectures(pkg: Path) -> list[str]:
+    """The architectures ``is_generation_model`` of srt/configs/model_config.py says are not generation models."""
+    path = pkg / "srt" / "configs" / "model_config.py"
+    for node in _module(path).body:
+        if isinstance(node, ast.FunctionDef) and node.name == "is_generation_model":
+            found = {
+                text
+                for test in ast.walk(node)
+                if isinstance(test, ast.Compare)
+                and isinstance(test.ops[0], ast.In)
+                and isinstance(test.comparators[0], ast.Name)
+                and test.comparators[0].id == "model_architectures"
+                and (text := _literal_str(test.left)) is not None
+            }
+            if found:
+                return sorted(found)
+    raise SystemExit(f"{path}: no is_generation_model with `\"...\" in model_architectures` tests")
+
+
+def _ignores_case(call: ast.Call) -> bool:
+    return any("IGNORECASE" in ast.unparse(arg) or ast.unparse(arg) == "re.I" for arg in [*call.args[2:], *call.keywords])
+
+
+def _conversation_templates(pkg: Path) -> tuple[list[str], list[str]]:
+    """(config.json model types, model path patterns) for which SGLang picks a conversation template of its own."""
+    path = pkg / "srt" / "parser" / "conversation.py"
+    tree = _module(path)
+    by_type: dict[str, Any] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign) and _assigns(statement, "MODEL_TYPE_TO_TEMPLATE"):
+            by_type = ast.literal_eval(statement.value)
+    types: set[str] = set()
+    patterns: set[str] = set()
+    matchers = [
+        statement
+        for statement in tree.body
+        if isinstance(statement, ast.FunctionDef)
+        and any(isinstance(d, ast.Name) and d.id == "register_conv_template_matching_function" for d in statement.decorator_list)
+    ]
+    if not matchers:
+        raise SystemExit(f"{path}: no @register_conv_template_matching_function")
+    for function in matchers:
+        where = f"{path} {function.name}"
+        for node in ast.walk(function):
+            if isinstance(node, ast.Name) and node.id == "MODEL_TYPE_TO_TEMPLATE":
+                if not by_type:
+                    raise SystemExit(f"{path}: {function.name} reads MODEL_TYPE_TO_TEMPLATE, which is no literal dict")
+                types.update(str(key) for key in by_type)
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("re.search", "re.match", "re.fullmatch"):
+                pattern = _literal_str(node.args[0]) if node.args else None
+                if pattern is None:
+                    raise SystemExit(f"{path}: {function.name}: a pattern that is no literal ({ast.unparse(node)})")
+                if ast.unparse(node.func) != "re.search":
+                    pattern = "^" + pattern
+                patterns.add(("(?i)" if _ignores_case(node) else "") + pattern)
+            elif isinstance(node, ast.Compare) and re.search(r"\bmodel_(path|type)\b", ast.unparse(node)):
+                left, other = ast.unparse(node.left), ast.unparse(node.comparators[0])
+                text = _literal_str(node.left)
+                if len(node.ops) != 1:
+                    raise SystemExit(f"{path}: {function.name}: cannot read {ast.unparse(node)}")
+                if text is not None and isinstance(node.ops[0], ast.In) and other.startswith("model_path"):
+                    patterns.add(("(?i)" if other.endswith(".lower()") else "") + re.escape(text))
+                elif left == "model_type" and isinstance(node.ops[0], ast.In):
+                    types.update(_strings_of(node.comparators[0], {}, where))
+                elif left == "model_type" and isinstance(node.ops[0], ast.Eq) and (value := _literal_str(node.comparators[0])):
+                    types.add(value)
+                else:
+                    raise SystemExit(f"{path}: {function.name}: cannot read {ast.unparse(node)}")
+    return sorted(types), sorted(patterns)
+
+
+def _decorator_processor(decorator: ast.expr) -> str | None:
+    """The processor class of ``@register_customized_processor(P)`` / ``(processor_class=P)``."""
+    if not (isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("register_customized_processor")):
+        return None
+    for arg in [*decorator.args, *(keyword.value for keyword in decorator.keywords)]:
+        return ast.unparse(arg)
+    return None
+
+
+def _own_processor_model_types(pkg: Path) -> list[str]:
+    """The model types of the config classes srt/configs/*.py registers a processor of SGLang's own for."""
+    model_types: dict[str, str] = {}
+    registered: list[tuple[Path, str]] = []
+    for path in sorted((pkg / "srt" / "configs").glob("*.py")):
+        tree = _module(path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for stmt in node.body:
+                    if (
+                        isinstance(stmt, ast.Assign)
+                        and any(isinstance(t, ast.Name) and t.id == "model_type" for t in stmt.targets)
+                        and (value := _literal_str(stmt.value)) is not None
+                    ):
+                        model_types[node.name] = value
+                if any(_decorator_processor(decorator) for decorator in node.decorator_list):
+                    registered.append((path, node.name))
+        for stmt in tree.body:  # module-level calls (register_processor's own body passes its parameters on)
+            call = stmt.value if isinstance(stmt, ast.Expr) else None
+            if (
+                isinstance(call, ast.Call)
+                and ast.unparse(call.func) in ("AutoProcessor.register", "register_processor")
+                and call.args
+                and isinstance(call.args[0], ast.Name)
+            ):
+                registered.append((path, call.args[0].id))
+    found = set()
+    for path, config_class in registered:
+        if config_class not in model_types:
+            raise SystemExit(f"{path}: {config_class} gets a processor but has no literal model_type")
+        found.add(model_types[config_class])
+    if not found:
+        raise SystemExit(f"{pkg / 'srt' / 'configs'}: no processor registration found")
+    return sorted(found)
+
+
+def multimodal_facts(pkg: Path) -> dict[str, list[str]]:
+    """The MULTIMODAL_KEYS of the table, read from the package source at `pkg`."""
+    default, opt_in = _multimodal_architectures(pkg)
+    types, patterns = _conversation_templates(pkg)
+    facts = {
+        "multimodal_architectures": default,
+        "multimodal_architectures_opt_in": opt_in,
+        "non_generation_architectures": _non_generation_architectures(pkg),
+        "conversation_template_model_types": types,
+        "conversation_template_path_patterns": patterns,
+        "own_processor_model_types": _own_processor_model_types(pkg),
+    }
+    assert tuple(sorted(facts)) == tuple(sorted(MULTIMODAL_KEYS))
+    return facts
+
+
 def main() -> int:
     for name in ("SGLANG_KV_CANARY_ENABLE_TOKEN_ORACLE", "SGLANG_PLUGINS", "SGLANG_PLATFORM"):
         if os.environ.get(name):
@@ -536,7 +831,8 @@ def main() -> int:
             + "; speculative algorithms from sglang.srt.speculative.spec_info; "
             "environment names from the package source; renamed/removed flags and "
             f"environment variables from {RETIRED_PROVENANCE[sglang.__version__]}, "
-            "verified absent from this release."
+            "verified absent from this release. "
+            + MULTIMODAL_SOURCE
         ),
         "flags": flags,
         "cuda_graph_config_keys": _cuda_graph_config_keys(),
@@ -551,13 +847,57 @@ def main() -> int:
         "architectures": archs,
         "speculative_algorithms": algorithms,
         "speculative_algorithm_aliases": aliases,
+        **multimodal_facts(pkg),
     }
-    # The product's knowledge of SGLang (the plan role reads it); the simulator links to it from its data folder.
-    out = Path(__file__).resolve().parents[1] / "roles" / "sglang_plan" / "files" / f"sglang-{sglang.__version__}.json"
-    out.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    out = table_path(sglang.__version__)
+    out.write_text(dump(data))
     print(f"wrote {out}: {len(flags)} flags, {len(archs)} architectures", file=sys.stderr)
     return 0
 
 
+def table_path(version: str) -> Path:
+    """The product's knowledge of SGLang (the plan role reads it); the simulator links to it from its data folder."""
+    return Path(__file__).resolve().parents[1] / "roles" / "sglang_plan" / "files" / f"sglang-{version}.json"
+
+
+def dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+def source_version(pkg: Path) -> str:
+    """The version of an unpacked sglang package, from its generated _version.py (read, not imported)."""
+    for node in _module(pkg / "_version.py").body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets):
+            version = _literal_str(node.value)
+            if version:
+                return version
+    raise SystemExit(f"{pkg / '_version.py'}: no literal __version__")
+
+
+def refresh_static(pkg: Path) -> int:
+    """``--static <sglang package directory>``: rewrite MULTIMODAL_KEYS (and the source's sentence on them) of the
+    existing table of that release from its source, without importing it; every other key is kept as it is."""
+    version = source_version(pkg)
+    out = table_path(version)
+    if not out.is_file():
+        print(f"{out} does not exist: run the full extraction for sglang {version} first", file=sys.stderr)
+        return 2
+    data = json.loads(out.read_text())
+    if data.get("sglang_version") != version:
+        print(f"{out} is for sglang {data.get('sglang_version')}, the package is {version}", file=sys.stderr)
+        return 2
+    source = str(data["source"])
+    data["source"] = source[: source.index(MULTIMODAL_SOURCE)].rstrip() if MULTIMODAL_SOURCE in source else source
+    data["source"] += " " + MULTIMODAL_SOURCE
+    data.update(multimodal_facts(pkg))
+    out.write_text(dump(data))
+    print(f"wrote {out}: {len(data['multimodal_architectures'])} multimodal architectures", file=sys.stderr)
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--static":
+        sys.exit(refresh_static(Path(sys.argv[2]).resolve()))
+    if len(sys.argv) > 1:
+        sys.exit("usage: extract_sglang_facts.py [--static <unpacked sglang package directory>]")
     sys.exit(main())

@@ -70,12 +70,24 @@ def model_filters() -> dict[str, Callable[..., Any]]:
     return FilterModule().filters()
 
 
+# The stand-in's files besides its shards, as the test hosts get them (roles/testhost: _testhost_model_files): real
+# SGLang refuses a multimodal checkpoint without its processor or chat template, and so does preflight.
+STAND_IN_FILES = (
+    "config.json",
+    "model.safetensors.index.json",
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+    "chat_template.jinja",
+)
+
+
 def stand_in_model(directory: Path) -> Path:
-    """The Qwen3.6-27B stand-in: real config and index, sparse shards of the declared total size."""
+    """The Qwen3.6-27B stand-in: real config and index, the processors and chat template of the generated test
+    repository, sparse shards of the declared total size."""
     import testhost  # roles/testhost/filter_plugins
 
     directory.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "model.safetensors.index.json"):
+    for name in STAND_IN_FILES:
         (directory / name).write_text((MODEL_FIXTURE / name).read_text())
     for shard in testhost.testhost_shards({"fixture": str(MODEL_FIXTURE), "path": str(directory)}):
         with open(shard["path"], "wb") as handle:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import tokenizer_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host
 from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines, parse_problems
@@ -64,4 +65,6 @@ class FilterModule:
             "sglang_instance_file_set": instance_files,
             "sglang_problem": problem_line,
             "sglang_connect_host": connect_host,
+            # The --tokenizer-path directories the plan's probe reads beside the model's.
+            "sglang_tokenizer_paths": tokenizer_paths,
         }

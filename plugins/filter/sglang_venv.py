@@ -72,8 +72,57 @@ def sglang_venv_problems(
     return problems
 
 
+GIB = 1 << 30
+
+
+def sglang_venv_room_problems(
+    host: str,
+    footprint: Mapping[str, int],
+    installs: bool,
+    found: Mapping[str, list[str]],
+    free_space: Mapping[str, Mapping[str, Any]],
+    places: Mapping[str, str],
+    version: str,
+) -> list[str]:
+    """Whether the host has room for what an install will write, before it writes anything: the venv
+    (`footprint.venv_bytes`) under `places.venv_root`, and the wheelhouse archive and its unpacked wheels
+    (`footprint.wheels_bytes` each, less what `found` shows is there already: `places.archive`, `places.unpacked`)
+    under `places.host_wheelhouse`; summed where both are one filesystem (`free_space`'s `disk_device`)."""
+    if not installs or not footprint:
+        return []
+    wheels = int(footprint["wheels_bytes"])
+    needs = {
+        ("sglang_venv_root", places["venv_root"]): int(footprint["venv_bytes"]),
+        ("sglang_venv_host_wheelhouse", places["host_wheelhouse"]): (0 if found.get(places["archive"]) else wheels)
+        + (0 if found.get(places["unpacked"]) else wheels),
+    }
+    by_device: dict[Any, list[tuple[str, str, int]]] = {}
+    for (variable, path), need in needs.items():
+        by_device.setdefault(free_space[path]["disk_device"], []).append((variable, path, need))
+    problems = []
+    for entries in by_device.values():
+        total = sum(need for _, _, need in entries)
+        room = free_space[entries[0][1]]
+        if total <= int(room["disk_free_bytes"]):
+            continue
+        parts = " and ".join(f"{need / GIB:.1f} GiB under {path}" for _, path, need in entries if need)
+        problems.append(
+            problem_line(
+                host,
+                "host",
+                entries[0][0],
+                entries[0][1],
+                f"installing SGLang {version} writes {parts}, {total / GIB:.1f} GiB on the filesystem of "
+                f"{room['disk_path']}, which has {int(room['disk_free_bytes']) / GIB:.1f} GiB free",
+                "free space there, or set " + " / ".join(variable for variable, _, _ in entries)
+                + " to a filesystem with room (sglang_venv_keep_previous: fewer old venvs kept)",
+            )
+        )
+    return problems
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"sglang_venv_problems": sglang_venv_problems}
+        return {"sglang_venv_problems": sglang_venv_problems, "sglang_venv_room_problems": sglang_venv_room_problems}

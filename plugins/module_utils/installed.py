@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils import systemd
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import free_bytes
 
 
 def normalized(name: str) -> str:
@@ -149,6 +150,16 @@ def mtimes(paths: Sequence[str]) -> dict[str, float]:
     return found
 
 
+def free_space(paths: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """path -> the nearest existing directory (`disk_path`), the bytes free on its filesystem and the filesystem's
+    device number (`disk_device`: two paths on one filesystem share it)."""
+    found = {}
+    for path in paths:
+        room = free_bytes(path)
+        found[path] = {**room, "disk_device": os.stat(room["disk_path"]).st_dev}
+    return found
+
+
 def command_differences(spec: Mapping[str, Any], run: Any = subprocess.run) -> list[str]:
     argv = [str(word) for word in spec["argv"]]
     try:
@@ -195,4 +206,5 @@ def probe(params: Mapping[str, Any], run: Any = subprocess.run) -> dict[str, Any
         "mtimes": mtimes(params.get("mtimes") or []),
         "accounts": {str(spec["name"]): account_exists(str(spec["name"])) for spec in params.get("accounts") or []},
         "differing_paths": [str(spec["path"]) for spec, lines in zip(paths, path_found, strict=True) if lines],
+        "free_space": free_space(params.get("free_space") or []),
     }

@@ -4,6 +4,8 @@ and its access, memory on the GPUs and in the host's RAM, the GPUs and the ports
 from __future__ import annotations
 
 import math
+import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -180,12 +182,126 @@ def model_problems(
     return total or on_disk
 
 
+def tokenizer_paths(server_args: Any, instance_overrides: Any) -> list[str]:
+    """The absolute --tokenizer-path values of a host's server args and instance overrides (by any spelling): the
+    directories sglang_host_facts reads beside the model's (`tokenizer_paths`), for multimodal_start_problems. Read
+    before the plan checks the values: anything else is skipped here and reported there."""
+    found: set[str] = set()
+    overrides = instance_overrides.values() if isinstance(instance_overrides, Mapping) else []
+    for args in [server_args, *((override or {}).get("server_args") for override in overrides if isinstance(override, Mapping))]:
+        for key, value in args.items() if isinstance(args, Mapping) else []:
+            if flag_name(str(key)) == "--tokenizer-path" and isinstance(value, str) and value.startswith("/"):
+                found.add(value)
+    return sorted(found)
+
+
+def multimodal_architecture(support: Support, architectures: list[str], enabled: bool) -> str | None:
+    """The architecture for which the pinned SGLang starts the checkpoint as multimodal (ModelConfig: with
+    --enable-multimodal unset it turns multimodal off for the first architecture's opt-in models), or None."""
+    if not architectures or (architectures[0] in support.multimodal_architectures_opt_in and not enabled):
+        return None
+    listed = support.multimodal_architectures | support.multimodal_architectures_opt_in
+    return next((name for name in architectures if name in listed), None)
+
+
+def multimodal_start_problems(
+    problems: HostProblems,
+    settings: Mapping[str, Any],
+    model: Mapping[str, Any],
+    instances: list[dict[str, Any]],
+    support: Support,
+) -> None:
+    """What SGLang reads from the tokenizer directory (--tokenizer-path, else the model's) of a multimodal checkpoint:
+    its processor at start (without it SGLang exits) and, for a vision model, a chat template for the warm-up's chat
+    completion (without it SGLang kills itself after it began listening). Real SGLang 0.5.17 did both:
+    tests/recordings/sglang-0.5.17-h200-tiny-qwen3.5 (no_processor, no_chat_template).
+
+    A tokenizer directory elsewhere is judged by the host's reading of it (`tokenizers`, as sglang_host_facts read the
+    --tokenizer-path values); one it did not read, or that is no directory there (a Hub name), is not judged."""
+    if not model.get("config"):
+        return  # model_problems says why
+    architectures = [str(name) for name in model.get("architectures") or []]
+    model_path = str(settings["model_path"])
+    sourced = truthy(settings.get("model_sourced"))
+    model_variable = "sglang_model" if sourced else "sglang_model_path"
+    model_value = (settings.get("model_source") or {}).get("name") or model_path if sourced else model_path
+    knows_lm_only = any(flag.dest == "language_model_only" for flag in support.flags.values())
+    for instance in instances:
+        values = _by_dest(support, instance)
+
+        def switched(dest: str, values: dict[str, tuple[str, Any]] = values) -> bool:
+            return values.get(dest, ("", None))[1] is True
+
+        architecture = multimodal_architecture(support, architectures, switched("enable_multimodal"))
+        if architecture is None or switched("language_model_only") or (knows_lm_only and model.get("language_model_only")):
+            continue  # text-only to SGLang: no processor, a text warm-up
+        where = f"instance {instance['name']}"
+        variable, value = model_variable, model_value
+        directory, files, told = model_path, model, "the model directory: tokenizer-path is not set"
+        tokenizer = values.get("tokenizer_path", ("", None))
+        if isinstance(tokenizer[1], str) and os.path.normpath(tokenizer[1]) == os.path.normpath(model_path):
+            told = "the model directory, as tokenizer-path says"
+        elif isinstance(tokenizer[1], str):
+            files = (model.get("tokenizers") or {}).get(tokenizer[1]) or {}
+            if not files.get("exists"):
+                continue
+            (variable, value), directory, told = tokenizer, tokenizer[1], "tokenizer-path"
+        if sourced and variable == model_variable:
+            how = (
+                "where the repository has it, select it in sglang_model (allow_patterns) and write the lock again "
+                "(playbooks/model-lock.yml)"
+            )
+        else:
+            how = f"copy the model repository's one into {directory}"
+        own_processor = model.get("auto_map") or model.get("model_type") in support.own_processor_model_types
+        if "processor_config" in files and not files["processor_config"] and not own_processor:
+            problems.add(
+                where,
+                variable,
+                value,
+                f"{architecture} is multimodal in SGLang {support.version}, which builds its image processor at start "
+                f"from the tokenizer directory {directory} ({told}), even with skip-tokenizer-init; it has no "
+                "preprocessor_config.json (nor an image_processor in processor_config.json), so SGLang exits at start "
+                "(OSError: Can't load image processor)",
+                f"preprocessor_config.json: {how}, or point sglang_server_args.tokenizer-path at a directory that has it "
+                "(skip-tokenizer-init does not avoid this)",
+            )
+        disaggregation = values.get("disaggregation_mode", ("", None))[1]
+        chat_warmup = (
+            model.get("vision_config")
+            and not any(name in support.non_generation_architectures for name in architectures)
+            and not any(
+                switched(dest)
+                for dest in ("is_embedding", "skip_tokenizer_init", "skip_server_warmup", "language_only", "encoder_only")
+            )
+            and disaggregation in (None, "null")
+        )
+        guessed = model.get("model_type") in support.conversation_template_model_types or any(
+            re.search(pattern, model_path) for pattern in support.conversation_template_path_patterns
+        )
+        given = values.get("chat_template", ("", None))[1]
+        if chat_warmup and not guessed and not given and "chat_template" in files and not files["chat_template"]:
+            problems.add(
+                where,
+                variable,
+                value,
+                f"{architecture} is a vision model in SGLang {support.version}, whose warm-up is a chat completion; the "
+                f"tokenizer directory {directory} ({told}) has no chat template (no chat_template.jinja, nor "
+                "chat_template in tokenizer_config.json) and sglang_server_args sets no chat-template, so the warm-up "
+                "gets 400 (tokenizer.chat_template is not set) and SGLang kills itself after it began listening",
+                f"chat_template.jinja: {how}; or set sglang_server_args.chat-template (a template file on the host, or a "
+                "built-in name), or point tokenizer-path at a directory with one (skip-tokenizer-init: true avoids it "
+                "too, but the server then takes token ids only)",
+            )
+
+
 # Problem lines for unreadable model files: the first ones, then a count.
 UNREADABLE_SHOWN = 5
 
 
-# What the host's copy of a fetched model says about the host, not about the model: whether the servers can see it.
-HOST_MODEL_KEYS = ("hidden_by", "unreadable", "read_as")
+# What the host's copy of a fetched model says about the host, not about the model: whether the servers can see it,
+# and the tokenizer directories elsewhere (--tokenizer-path), which the deploy does not send.
+HOST_MODEL_KEYS = ("hidden_by", "unreadable", "read_as", "tokenizers")
 
 
 def checked_model(settings: Mapping[str, Any], on_host: Mapping[str, Any]) -> Mapping[str, Any]:

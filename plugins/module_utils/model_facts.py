@@ -12,7 +12,7 @@ import json
 import os
 import pwd
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.mtp import has_mtp_tensors, mtp_layers
@@ -87,6 +87,48 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
+# Where transformers finds a processor's settings (the image processor's, or an audio model's feature extractor's):
+# their own file, or (transformers 5) nested in processor_config.json.
+PROCESSOR_FILE = "preprocessor_config.json"
+NESTED_PROCESSOR_FILE = "processor_config.json"
+NESTED_PROCESSOR_KEYS = ("image_processor", "feature_extractor", "audio_processor")
+# Where a tokenizer or processor takes its chat template from: its own file (the processor's legacy JSON one too), or a
+# `chat_template` key of tokenizer_config.json or processor_config.json; and named templates in a folder.
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+CHAT_TEMPLATE_KEY_FILES = ("tokenizer_config.json", NESTED_PROCESSOR_FILE)
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
+
+
+def tokenizer_files(path: str) -> dict[str, str | None]:
+    """What SGLang loads from a tokenizer directory besides the tokenizer, by the file that holds it (None: nowhere):
+    `processor_config`, the processor's settings a multimodal model's processor needs at start, and `chat_template`.
+    Reads only names and small JSON files, and only until one is found."""
+    processor: str | None = None
+    if os.path.isfile(os.path.join(path, PROCESSOR_FILE)):
+        processor = PROCESSOR_FILE
+    else:
+        nested = _read_json(os.path.join(path, NESTED_PROCESSOR_FILE)) or {}
+        if any(isinstance(nested.get(key), dict) for key in NESTED_PROCESSOR_KEYS):
+            processor = NESTED_PROCESSOR_FILE
+    template = next((name for name in CHAT_TEMPLATE_FILES if os.path.isfile(os.path.join(path, name))), None)
+    for name in CHAT_TEMPLATE_KEY_FILES:
+        if template is None and (_read_json(os.path.join(path, name)) or {}).get("chat_template"):
+            template = name
+    if template is None:
+        try:
+            named = [name for name in os.listdir(os.path.join(path, CHAT_TEMPLATE_DIR)) if name.endswith(".jinja")]
+        except OSError:
+            named = []
+        template = f"{CHAT_TEMPLATE_DIR}/" if named else None
+    return {"processor_config": processor, "chat_template": template}
+
+
+def tokenizer_directory(path: str) -> dict[str, Any]:
+    """A tokenizer directory other than the model's (--tokenizer-path): whether it is one, and tokenizer_files()."""
+    exists = os.path.isdir(path)
+    return {"path": path, "exists": exists, **(tokenizer_files(path) if exists else {})}
+
+
 def describe(path: str, checksums: Mapping[str, str], verified: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the model directory holds. `checksums` (file name -> SHA-256) are checked; a file whose size, modification
     time and inode match its entry in `verified` (as an earlier run returned it) is not read again."""
@@ -98,6 +140,14 @@ def describe(path: str, checksums: Mapping[str, str], verified: Mapping[str, Any
     facts["architectures"] = architectures(config or {})
     facts["mtp_layers"] = mtp_layers(config or {})
     facts.update(shape(config or {}))
+    # What decides how SGLang starts a multimodal model: the model type (its conversation templates and processors
+    # are chosen by it), code of the model's own (auto_map), the vision tower (a chat completion as the warm-up), a
+    # checkpoint that declares itself text-only, and what the directory holds for the processor and the chat template.
+    facts["model_type"] = str((config or {}).get("model_type") or "") or None
+    facts["auto_map"] = bool((config or {}).get("auto_map"))
+    facts["vision_config"] = isinstance((config or {}).get("vision_config"), dict)
+    facts["language_model_only"] = (config or {}).get("language_model_only") is True
+    facts.update(tokenizer_files(path))
     index = _read_json(os.path.join(path, INDEX))
     if index is not None:
         weight_map = index.get("weight_map") or {}
@@ -156,7 +206,7 @@ HIDDEN_PREFIXES = (
     ("/var/tmp", "PrivateTmp=yes"),
 )
 # Besides config.json, the index and the shards, the server reads the tokenizer and generation settings.
-READ_PATTERNS = ("*.json", "tokenizer*", "*.model", "*.tiktoken", "vocab*", "merges.txt")
+READ_PATTERNS = ("*.json", "*.jinja", "tokenizer*", "*.model", "*.tiktoken", "vocab*", "merges.txt")
 
 
 def hidden_by(path: str) -> str | None:
@@ -335,11 +385,20 @@ def revisions(path: str, link: str) -> dict[str, Any]:
 
 
 def model_facts(
-    path: str, checksums: Mapping[str, str], user: str = "", group: str = "", verified_file: str = "", link: str = ""
+    path: str,
+    checksums: Mapping[str, str],
+    user: str = "",
+    group: str = "",
+    verified_file: str = "",
+    link: str = "",
+    tokenizer_paths: Sequence[str] = (),
 ) -> dict[str, Any]:
     """describe() (with the files verified earlier, as `verified_file` keeps them) and, for the servers' account `user`
     (and `group`), service_access(): the plan's `model`; the free space where it is (or goes); with `link`, the
-    revisions beside it (revisions())."""
+    revisions beside it (revisions()); with `tokenizer_paths`, each of those directories as `tokenizers`
+    (tokenizer_directory(), by path)."""
     verified = read_verified(verified_file) if verified_file else {}
     facts = {**describe(path, checksums, verified), **service_access(path, user, group), **free_bytes(path)}
+    if tokenizer_paths:
+        facts["tokenizers"] = {str(tokenizer): tokenizer_directory(str(tokenizer)) for tokenizer in tokenizer_paths}
     return {**facts, **revisions(path, link)} if link else facts

@@ -8,7 +8,8 @@ settings["version"] picks the pinned one, and the others say what a host moving 
 
 The steps live by concern: sglang_support (the tables, each flag checked against them), server_settings (server
 args, speculative settings, environment, control characters, variable names), instances (derivation and files),
-instance_checks (values, model, memory, GPUs, ports), reshape (a change of the host's shape).
+instance_checks (values, model, what a multimodal model loads at start, memory, GPUs, ports), reshape (a change of
+the host's shape).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks impor
     model_access_problems,
     model_problems,
     model_source_problems,
+    multimodal_start_problems,
     value_problems,
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.instances import derive_instances, gpu_device
@@ -89,6 +91,7 @@ def plan_host(
         # The device nodes the instance may open (its unit allows only these and the driver's shared ones).
         instance["gpu_devices"] = [devices[gpu] for gpu in instance["gpu_ids"] if devices.get(gpu)]
     weight_bytes = model_problems(problems, settings, model, instances, support)
+    multimodal_start_problems(problems, settings, model, instances, support)
     model_access_problems(problems, settings, model)
     memory_problems(problems, settings, {**facts, "model": model}, instances, weight_bytes)
     gpu_and_port_problems(problems, settings, facts, instances)

@@ -1,6 +1,6 @@
 """What each supported SGLang version knows (its support table: flags, renamed and removed flags, environment
-variables, architectures, speculative algorithms), and the checks of a flag against the pinned version's table, naming
-the other versions that differ."""
+variables, architectures, speculative algorithms, how a multimodal checkpoint starts), and the checks of a flag against
+the pinned version's table, naming the other versions that differ."""
 
 from __future__ import annotations
 
@@ -37,6 +37,16 @@ class Support:
     architectures: frozenset[str]
     speculative_algorithms: frozenset[str]
     environment_names: frozenset[str] = frozenset()
+    # How this version starts a multimodal checkpoint (scripts/extract_sglang_facts.py, MULTIMODAL_KEYS): the
+    # architectures multimodal by default and those --enable-multimodal turns on, the architectures that generate
+    # nothing (their warm-up is /encode), the model types and model path patterns for which it picks a conversation
+    # template of its own, and the model types it has a processor of its own for.
+    multimodal_architectures: frozenset[str] = frozenset()
+    multimodal_architectures_opt_in: frozenset[str] = frozenset()
+    non_generation_architectures: frozenset[str] = frozenset()
+    conversation_template_model_types: frozenset[str] = frozenset()
+    conversation_template_path_patterns: tuple[str, ...] = ()
+    own_processor_model_types: frozenset[str] = frozenset()
     # The support of the other versions sglang-fleet has tables for, newest first.
     others: tuple[Support, ...] = ()
 
@@ -82,6 +92,12 @@ class Support:
             architectures=frozenset(table["architectures"]),
             speculative_algorithms=frozenset(table["speculative_algorithms"]),
             environment_names=frozenset(table.get("environment_names", [])),
+            multimodal_architectures=frozenset(table.get("multimodal_architectures", [])),
+            multimodal_architectures_opt_in=frozenset(table.get("multimodal_architectures_opt_in", [])),
+            non_generation_architectures=frozenset(table.get("non_generation_architectures", [])),
+            conversation_template_model_types=frozenset(table.get("conversation_template_model_types", [])),
+            conversation_template_path_patterns=tuple(table.get("conversation_template_path_patterns", [])),
+            own_processor_model_types=frozenset(table.get("own_processor_model_types", [])),
         )
 
 

@@ -36,7 +36,9 @@ description:
     C(python3.11), C(python3.12) and C(python3.13) found on C(PATH) for its version.
   - With I(model), also reads the model directory in the same call and returns it as C(model). From C(config.json)
     the architecture, the MTP layer count (top level or C(text_config)) and the text model's attention heads, KV heads,
-    hidden size and context length (as SGLang derives it); from C(model.safetensors.index.json) the declared tensor
+    hidden size and context length (as SGLang derives it), its model type and whether it has code of its own or a
+    vision tower; whether the directory holds a processor's settings (C(preprocessor_config.json)) and a chat template,
+    as does each of I(model.tokenizer_paths); from C(model.safetensors.index.json) the declared tensor
     bytes, the shards and whether MTP tensors exist. Checks every listed shard exists and is not empty, sums the shard
     sizes, optionally compares SHA-256 checksums of named files, and checks the servers' account can read it all.
   - With I(gather_subset), also gathers Ansible's own facts of those subsets in the same call, as
@@ -91,6 +93,15 @@ options:
           - Empty returns neither.
         type: path
         default: ""
+      tokenizer_paths:
+        description:
+          - Tokenizer directories other than the model's (the servers' C(--tokenizer-path) values). Returns, by path,
+            whether each is a directory and which files hold a processor's settings and a chat template
+            (C(tokenizers)).
+          - Empty returns no C(tokenizers).
+        type: list
+        elements: path
+        default: []
 author: sglang-fleet
 """
 
@@ -151,14 +162,17 @@ ansible_facts:
 model:
   description: >-
     The model directory: exists, config, architectures, mtp_layers, num_attention_heads, num_key_value_heads,
-    hidden_size, max_position_embeddings, context_length, total_size, shard_bytes, shards,
+    hidden_size, max_position_embeddings, context_length, model_type, auto_map (config.json names code of the model's
+    own), vision_config (config.json has one), language_model_only, processor_config and chat_template (the file that
+    holds a processor's settings, and the chat template's, or null), total_size, shard_bytes, shards,
     missing_shards, empty_shards, has_mtp_tensors, tensor_count, checksum_problems, verified (each checksummed file's
     size, mtime_ns, inode and sha256, by path), hashed (the names read and hashed in this call); disk_path and
     disk_free_bytes (the nearest existing directory of the path and the bytes free on its filesystem); with I(model.link),
     link_target and revisions (path, mtime); hidden_by
     (the sandbox setting that hides the path from the service, or null), unreadable (one "path: reason" per file or
     directory the service account cannot read); with I(model.user), of an existing directory: read_as (the
-    account checked, and how).
+    account checked, and how); with I(model.tokenizer_paths), tokenizers (by path: path, exists, processor_config,
+    chat_template).
   returned: when I(model) is given
   type: dict
 """
@@ -475,6 +489,7 @@ def main() -> None:
                     "group": {"type": "str", "default": ""},
                     "verified_file": {"type": "path", "default": ""},
                     "link": {"type": "path", "default": ""},
+                    "tokenizer_paths": {"type": "list", "elements": "path", "default": []},
                 },
             },
         },
@@ -484,7 +499,13 @@ def main() -> None:
     model_result = {}
     if model is not None:
         model_result["model"] = model_facts(
-            model["path"], model["sha256"], model["user"], model["group"], model["verified_file"], model["link"]
+            model["path"],
+            model["sha256"],
+            model["user"],
+            model["group"],
+            model["verified_file"],
+            model["link"],
+            model["tokenizer_paths"],
         )
     facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
     module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": gather(module.params["nvidia_smi"])}, **model_result)

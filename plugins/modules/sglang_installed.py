@@ -64,6 +64,13 @@ options:
     type: list
     elements: str
     default: []
+  free_space:
+    description: >-
+      Paths (existing or to be created) whose filesystems' free bytes are returned in C(free_space), for a caller
+      that checks the room an install needs before it writes anything.
+    type: list
+    elements: str
+    default: []
 author: sglang-fleet
 """
 
@@ -92,6 +99,12 @@ differing_paths:
   description: The C(paths) that differ (missing, of another kind, content, target, mode, owner or group).
   returned: always
   type: list
+free_space:
+  description: >-
+    For each of C(free_space), C(disk_path) (the nearest existing directory), C(disk_free_bytes) (free to
+    unprivileged users) and C(disk_device) (equal for paths on one filesystem).
+  returned: always
+  type: dict
 """
 
 
@@ -109,6 +122,7 @@ def main() -> None:
             "units": {"type": "list", "elements": "str", "default": []},
             "unit_properties": {"type": "list", "elements": "str", "default": ["ActiveState", "UnitFileState"]},
             "mtimes": {"type": "list", "elements": "str", "default": []},
+            "free_space": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )

@@ -49,7 +49,7 @@ EXAMPLES = r"""
     source:
       repo: Qwen/Qwen3.6-27B
       revision: 0123456789abcdef0123456789abcdef01234567
-      allow_patterns: ["*.json", "*.safetensors", "*.txt", "tokenizer*"]
+      allow_patterns: ["*.json", "*.jinja", "*.safetensors", "*.txt", "tokenizer*"]
     lock_file: "{{ inventory_dir }}/model-lock.yml"
     cache_dir: "{{ lookup('env', 'HOME') }}/.cache/sglang-fleet/models"
   run_once: true

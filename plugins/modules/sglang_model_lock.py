@@ -36,7 +36,7 @@ EXAMPLES = r"""
     source:
       repo: Qwen/Qwen3.6-27B
       revision: main
-      allow_patterns: ["*.json", "*.safetensors", "*.txt", "tokenizer*"]
+      allow_patterns: ["*.json", "*.jinja", "*.safetensors", "*.txt", "tokenizer*"]
     lock_file: "{{ inventory_dir }}/model-lock.yml"
   run_once: true
 """

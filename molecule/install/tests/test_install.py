@@ -68,3 +68,20 @@ def test_a_removed_flag_is_refused_naming_its_replacement(host: Any) -> None:
 def test_cuda_nvcc_runs(host: Any) -> None:
     result = host.run("/usr/local/cuda/bin/nvcc --version")
     assert result.rc == 0 and "release 13.0" in result.stdout
+
+
+def test_the_install_wrote_what_preflight_counts_on(host: Any) -> None:
+    """Preflight refuses an install the host has no room for, from the footprint measured once
+    (roles/sglang_venv/vars/main.yml): this install's venv, wheelhouse archive and unpacked wheels are within 10% of it."""
+    import yaml
+
+    footprint = yaml.safe_load((ROOT / "roles/sglang_venv/vars/main.yml").read_text())["_sglang_venv_footprints"]["sglang"]["0.5.23"]
+    wheelhouse = "/var/cache/sglang-fleet/wheelhouse/sglang-0.5.23"
+    written = {
+        "venv": int(host.check_output(f"du -sb {VENV}").split()[0]),
+        "archive": int(host.check_output(f"stat -c %s {wheelhouse}.tar")),
+        "wheels": int(host.check_output(f"du -sb {wheelhouse}").split()[0]),
+    }
+    expected = {"venv": footprint["venv_bytes"], "archive": footprint["wheels_bytes"], "wheels": footprint["wheels_bytes"]}
+    for name, size in written.items():
+        assert 0.9 * expected[name] <= size <= 1.1 * expected[name], (name, size, expected[name])
