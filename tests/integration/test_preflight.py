@@ -1,9 +1,11 @@
 """Preflight refuses each bad inventory of the corpus before any host is touched.
 
 Each case's variables are deployed over the sandbox inventory, and the case asserts the failure names what is wrong,
-and that no unit or environment file changed and no instance restarted, on any host. Cases that set different
-variables share a deploy (batched): a deploy costs about the same for one case as for three, and preflight reports
-every problem of every host at once.
+and that no unit or environment file changed and no instance restarted, on any host. Cases share a deploy (batched)
+when neither's problem can hide or change the other's message: they set different variables, neither sets what the
+other's message reads (`reads`), neither stops the checks of a host the other needs (`stops`), and no fragment of one
+is part of the other's. A deploy costs about the same for one case as for four, and preflight reports every problem of
+every host at once; a case is judged only by report lines that hold no other case's fragment.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,31 +99,61 @@ def driver_version(host: str, version: str) -> Iterator[None]:
         on_host(host, "python3", "-c", f"open({path!r}, 'w').write({original!r})")
 
 
-SETUPS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
-    "foreign_listener_on_32001": lambda: foreign_process(
-        "ct129", "http.server 32001", "python3", "-m", "http.server", "32001", "--bind", "127.0.0.1"
+# A setup runs on one host (its cases' host): name -> (host, the condition made there, undone after the corpus).
+Setup = Callable[[str], contextlib.AbstractContextManager[None]]
+SETUPS: dict[str, tuple[str, Setup]] = {
+    "foreign_listener_on_32001": (
+        "ct129",
+        lambda host: foreign_process(host, "http.server 32001", "python3", "-m", "http.server", "32001", "--bind", "127.0.0.1"),
     ),
-    "foreign_gpu_process_on_b200_gpu_5": lambda: foreign_process(
-        "b200", "gpu_hog", STANDIN_PYTHON, "-m", "sglang_simulator.gpu_hog", "--gpus", "5", "--mib", "1024"
-    ),
-    "model_unknown_architecture": lambda: model_variant(
-        "b200", "unknown-architecture", config={"architectures": ["Qwen9ForCausalLM"]}
-    ),
-    "model_shard_missing": lambda: model_variant("b200", "shard-missing", remove=["model-00004-of-00011.safetensors"]),
-    "model_shard_empty": lambda: model_variant("b200", "shard-empty", sizes={"model-00005-of-00011.safetensors": 0}),
-    "model_shard_truncated": lambda: model_variant(
-        "b200", "shard-truncated", sizes={"model-00003-of-00011.safetensors": 1 << 20}
-    ),
-    "model_without_mtp": lambda: model_variant("ct129", "without-mtp", drop_mtp=True),
-    "driver_550_on_ct129": lambda: driver_version("ct129", "550.163.01"),
-    # Readable by root, who runs preflight, but not by the servers' account (ProtectHome=yes; a 0600 shard).
-    "model_under_home": lambda: model_at("b200", "/home/preflight-models/Qwen3.6-27B", "/home/preflight-models"),
-    "model_shard_unreadable": lambda: model_at(
+    "foreign_gpu_process_on_b200_gpu_5": (
         "b200",
-        "/srv/models/shard-unreadable",
-        "/srv/models/shard-unreadable",
-        "chmod 0755 /srv/models/shard-unreadable && chmod 0644 /srv/models/shard-unreadable/*"
-        " && chmod 0600 /srv/models/shard-unreadable/model-00002-of-00011.safetensors",
+        lambda host: foreign_process(
+            host, "gpu_hog", STANDIN_PYTHON, "-m", "sglang_simulator.gpu_hog", "--gpus", "5", "--mib", "1024"
+        ),
+    ),
+    "model_unknown_architecture": (
+        "b200",
+        lambda host: model_variant(host, "unknown-architecture", config={"architectures": ["Qwen9ForCausalLM"]}),
+    ),
+    "model_shard_missing": (
+        "b200",
+        lambda host: model_variant(host, "shard-missing", remove=["model-00004-of-00011.safetensors"]),
+    ),
+    "model_shard_empty": (
+        "b200",
+        lambda host: model_variant(host, "shard-empty", sizes={"model-00005-of-00011.safetensors": 0}),
+    ),
+    "model_shard_truncated": (
+        "b200",
+        lambda host: model_variant(host, "shard-truncated", sizes={"model-00003-of-00011.safetensors": 1 << 20}),
+    ),
+    "model_without_mtp": ("ct129", lambda host: model_variant(host, "without-mtp", drop_mtp=True)),
+    "model_without_chat_template": (
+        "ct129",
+        lambda host: model_variant(host, "no-chat-template", remove=["chat_template.jinja"]),
+    ),
+    "tokenizer_without_processor": (
+        "b200",
+        lambda host: model_variant(
+            host, "tokenizer-no-processor", remove=["preprocessor_config.json", "video_preprocessor_config.json"]
+        ),
+    ),
+    "driver_550_on_ct129": ("ct129", lambda host: driver_version(host, "550.163.01")),
+    # Readable by root, who runs preflight, but not by the servers' account (ProtectHome=yes; a 0600 shard).
+    "model_under_home": (
+        "b200",
+        lambda host: model_at(host, "/home/preflight-models/Qwen3.6-27B", "/home/preflight-models"),
+    ),
+    "model_shard_unreadable": (
+        "b200",
+        lambda host: model_at(
+            host,
+            "/srv/models/shard-unreadable",
+            "/srv/models/shard-unreadable",
+            "chmod 0755 /srv/models/shard-unreadable && chmod 0644 /srv/models/shard-unreadable/*"
+            " && chmod 0600 /srv/models/shard-unreadable/model-00002-of-00011.safetensors",
+        ),
     ),
 }
 
@@ -131,18 +164,61 @@ def fleet_state() -> dict[str, tuple[str, dict[str, str]]]:
 
 # How many cases share one deploy on a host. Preflight reports every problem of every host together, so the cases
 # of one deploy each find their own message in its report; each deploy costs about as much as a case did alone.
-CASES_PER_HOST = 3
+CASES_PER_HOST = 4
+
+# Where a case's problem ends its host's checks (bad_inventories.yml `stops`), so that its host reports no other
+# case's problem:
+STOPS = {
+    # a role's argument check refuses a variable: the host fails before the gate, which reports none of its problems
+    # (and its own message is the gate's, from another host, which must take part and pass its argument checks);
+    "host",
+    # nvidia-smi lists no GPUs: the plan (plan_host, plugins/module_utils/plan.py) checks nothing more;
+    "gpus",
+    # a control character in text rendered into a unit or environment file: the plan names every such variable (the
+    # server role its own) and stops, so these cases may share a host with each other;
+    "text",
+    # derive_instances derives no instance (parallel sizes, GPUs per instance, instance count), stopping at that
+    # first problem: the settings and the instances are not checked.
+    "derivation",
+}
+# What a case's message reads of its host beyond the variables it sets (bad_inventories.yml `reads`): variables, or
+# these groups of them.
+READ_GROUPS = {
+    # The host's instances, their number, GPUs and names (ports): what a message naming or counting them depends on.
+    "shape": (
+        "sglang_gpu_ids",
+        "sglang_tensor_parallel_size",
+        "sglang_data_parallel_size",
+        "sglang_pipeline_parallel_size",
+        "sglang_gpus_per_instance",
+        "sglang_instance_count",
+        "sglang_port_base",
+    ),
+    # The model directory the plan reads (its config, shards, weights, access).
+    "model": ("sglang_model_path", "sglang_model"),
+}
+# What every check of a host reads: the pinned SGLang's support table.
+READ_BY_EVERY_CASE = ("sglang_version",)
 
 
 def hosts_set(case: dict[str, Any]) -> set[str]:
-    """The hosts whose variables the case sets (group variables set them on every host)."""
-    return set(SANDBOX_HOSTS) if case.get("group_vars") else set(case.get("host_vars") or {})
+    """The hosts whose variables the case sets (group variables set them on every host), and its setup's host."""
+    hosts = set(SANDBOX_HOSTS) if case.get("group_vars") else set(case.get("host_vars") or {})
+    if case.get("setup"):
+        hosts.add(SETUPS[case["setup"]][0])
+    return hosts
 
 
 def variables_set(case: dict[str, Any]) -> set[tuple[str, str]]:
     """(host, variable) for each variable the case sets."""
     group_vars, host_vars = case.get("group_vars") or {}, case.get("host_vars") or {}
     return {(host, name) for host in hosts_set(case) for name in [*group_vars, *host_vars.get(host, {})]}
+
+
+def variables_read(case: dict[str, Any]) -> set[tuple[str, str]]:
+    """(host, variable) for each variable the case's message reads besides those it sets."""
+    names = [*case.get("reads", []), *READ_BY_EVERY_CASE]
+    return {(host, variable) for host in hosts_set(case) for name in names for variable in READ_GROUPS.get(name, (name,))}
 
 
 def deployed_everywhere(case: dict[str, Any]) -> bool:
@@ -153,20 +229,48 @@ def deployed_everywhere(case: dict[str, Any]) -> bool:
 
 
 def fails_preflight_outright(case: dict[str, Any]) -> bool:
-    """Whether the case's host stops preflight (its message is the gate's, reported by the other hosts)."""
-    return any(PREFLIGHT_FAILED in e for e in case["expect"])
+    """Whether the case's host stops preflight before the gate (a role's argument check refused it)."""
+    return case.get("stops") == "host"
+
+
+def fragments_collide(case: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether a fragment of one case is part of a fragment of the other, so a line may bear either's."""
+    return any(mine in theirs or theirs in mine for mine in case["expect"] for theirs in other["expect"])
+
+
+def stops_allow(case: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether neither case's problem ends a check that finds the other's message (STOPS)."""
+    if fails_preflight_outright(case) or fails_preflight_outright(other):
+        # A host that fails reports nothing of its own; the gate of a host that does not reports it.
+        return not hosts_set(case) & hosts_set(other) and not (fails_preflight_outright(case) and fails_preflight_outright(other))
+    if not hosts_set(case) & hosts_set(other):
+        return True
+    return case.get("stops") == other.get("stops") == "text" or not (case.get("stops") or other.get("stops"))
+
+
+def can_share(case: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two cases may deploy together, each then reporting exactly what it reports alone: no variable set twice
+    or set by one where the other reads it, no problem that stops the check finding the other's, no fragment that
+    might be found in the other's message."""
+    return (
+        not variables_set(case) & variables_set(other)
+        and not variables_read(case) & variables_set(other)
+        and not variables_read(other) & variables_set(case)
+        and stops_allow(case, other)
+        and not fragments_collide(case, other)
+    )
 
 
 def batched(cases: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The cases in deploys that set each variable once, with at most CASES_PER_HOST cases per host; a case whose
-    host fails preflight outright (its message is the gate's) deploys alone."""
+    """The cases in deploys of cases that can share one (can_share), at most CASES_PER_HOST per host: the most
+    constrained cases first (those that share with the fewest others), each into the first deploy it fits."""
+    constraints = {case["id"]: sum(not can_share(case, other) for other in cases if other is not case) for case in cases}
     batches: list[list[dict[str, Any]]] = []
-    for case in cases:
+    for case in sorted(cases, key=lambda case: -constraints[case["id"]]):
         fits = (
             batch
             for batch in batches
-            if not any(fails_preflight_outright(other) for other in [*batch, case])
-            and not any(variables_set(case) & variables_set(other) for other in batch)
+            if all(can_share(case, other) for other in batch)
             and all(sum(host in hosts_set(other) for other in batch) < CASES_PER_HOST for host in hosts_set(case))
         )
         batch = next(fits, None)
@@ -192,23 +296,41 @@ def refuse(cases: list[dict[str, Any]], directory: Path) -> Run:
     return run_playbook("deploy.yml", inventory=inventory, limit=None if everywhere else ",".join(sorted(hosts)))
 
 
-def reports(run: Run, case: dict[str, Any]) -> bool:
-    report = "\n".join(run.failure_messages())
-    return all(fragment in report for fragment in case["expect"])
+# The cases whose setups are made for every deploy (refused): their problems may be in any deploy's report.
+SET_UP = [case for case in CORPUS if case.get("setup")]
+
+
+@dataclass(frozen=True)
+class Deploy:
+    """One refused deploy and the cases it deployed."""
+
+    cases: list[dict[str, Any]]
+    run: Run
+
+    def lines_of(self, case: dict[str, Any]) -> list[str]:
+        """The report's lines that may be the case's: those holding no fragment of another case of the deploy, nor of
+        a case with a setup (made for every deploy), which may be that case's message: a case never passes thanks to
+        another's."""
+        others = [fragment for other in [*self.cases, *SET_UP] if other is not case for fragment in other["expect"]]
+        return [line for line in self.run.failure_messages() if not any(fragment in line for fragment in others)]
+
+    def reports(self, case: dict[str, Any]) -> bool:
+        lines = self.lines_of(case)
+        return all(any(fragment in line for line in lines) for fragment in case["expect"])
 
 
 @pytest.fixture(scope="module")
-def refused(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Run], bool]]:
+def refused(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Deploy], bool]]:
     """Every corpus case deployed, in batches (batched), four deploys at a time, inside all the cases' setups; and
     whether the fleet (unit and environment files, instance start times) was the same before and after all of them.
 
     None may change anything, and each asserts only its own message. A case whose message is not in its batch's
-    report (another case's problem on the same host stopped the check that finds it) is deployed again, with at most
-    one such case of the other host, and judged by that run.
+    report (a problem of another case hid it, which bad_inventories.yml's `stops` and `reads` did not foresee) is
+    deployed again, with at most one such case of the other host, and judged by that run.
     """
     before = fleet_state()
     batches = batched(CORPUS)
-    runs: dict[str, Run] = {}
+    deploys: dict[str, Deploy] = {}
     again: dict[Future[Run], list[dict[str, Any]]] = {}
     waiting: dict[str, list[dict[str, Any]]] = {}  # by host: hidden cases of that host alone, until the other's come
 
@@ -217,19 +339,22 @@ def refused(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
     with contextlib.ExitStack() as setups:
         for name in sorted({case["setup"] for case in CORPUS if case.get("setup")}):
-            setups.enter_context(SETUPS[name]())
+            host, setup = SETUPS[name]
+            setups.enter_context(setup(host))
         with ThreadPoolExecutor(max_workers=4) as pool:
-            deploys = {pool.submit(refuse, batch, tmp_path_factory.mktemp("batch")): batch for batch in batches}
-            for done in as_completed(deploys):
-                for case in deploys[done]:
-                    runs[case["id"]] = done.result()
-                    if reports(done.result(), case):
+            first = {pool.submit(refuse, batch, tmp_path_factory.mktemp("batch")): batch for batch in batches}
+            for done in as_completed(first):
+                deploy = Deploy(first[done], done.result())
+                for case in deploy.cases:
+                    deploys[case["id"]] = deploy
+                    if deploy.reports(case):
                         continue
                     if len(hosts_set(case)) != 1 or deployed_everywhere(case):
                         deploy_again([case])
                         continue
                     [host] = hosts_set(case)
-                    partner = next((other for other in waiting if other != host and waiting[other]), None)
+                    partners = (other for other in waiting if other != host and waiting[other])
+                    partner = next((other for other in partners if can_share(waiting[other][0], case)), None)
                     if partner is None:
                         waiting.setdefault(host, []).append(case)
                     else:
@@ -238,26 +363,31 @@ def refused(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 for case in cases:
                     deploy_again([case])
             for done, cases in again.items():
-                runs.update({case["id"]: done.result() for case in cases})
+                deploys.update({case["id"]: Deploy(cases, done.result()) for case in cases})
     hidden = sorted(case["id"] for cases in again.values() for case in cases)
     print(f"{len(CORPUS)} cases in {len(batches)} deploys, and {len(hidden)} in {len(again)} more: {hidden}")
-    yield runs, fleet_state() == before
+    yield deploys, fleet_state() == before
 
 
 def test_corpus_is_large_and_named_uniquely() -> None:
     ids = [case["id"] for case in CORPUS]
     assert len(ids) >= 30 and len(set(ids)) == len(ids)
     assert all(case.get("setup") is None or case["setup"] in SETUPS for case in CORPUS)
+    assert all(case.get("stops") is None or case["stops"] in STOPS for case in CORPUS)
+    assert all(name in READ_GROUPS or name.startswith("sglang_") for case in CORPUS for name in case.get("reads", []))
+    # The gate reports a host that failed before it: such a case says so (`stops: host`), so it deploys apart.
+    assert all(fails_preflight_outright(case) for case in CORPUS if any(PREFLIGHT_FAILED in e for e in case["expect"]))
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=[case["id"] for case in CORPUS])
-def test_bad_inventory_is_refused_before_any_change(refused: tuple[dict[str, Run], bool], case: dict[str, Any]) -> None:
-    runs, unchanged = refused
-    result = runs[case["id"]]
+def test_bad_inventory_is_refused_before_any_change(refused: tuple[dict[str, Deploy], bool], case: dict[str, Any]) -> None:
+    deploys, unchanged = refused
+    result = deploys[case["id"]].run
     assert result.rc != 0
     report = "\n".join(result.failure_messages())
+    lines = deploys[case["id"]].lines_of(case)
     for fragment in case["expect"]:
-        assert fragment in report, report
+        assert any(fragment in line for line in lines), report
     assert result.changed() == [], result.changed()
     assert unchanged, "a refused deploy changed a unit, an environment file or restarted an instance"
 
