@@ -77,6 +77,13 @@ class Facts:
     cuda_graph_config_keys: dict[str, tuple[str, ...]]
     record_only_fields: dict[str, Any]
     non_field_dests: frozenset[str]
+    # configs/model_config.py multimodal_model_archs, less those multimodal only with --enable-multimodal
+    # (the table's multimodal_architectures_opt_in, which the simulator treats as text models).
+    multimodal_architectures: frozenset[str] = frozenset()
+
+    def multimodal(self, architectures: tuple[str, ...]) -> bool:
+        """Whether SGLang builds the model's processor at start and warms it up with a chat completion."""
+        return any(name in self.multimodal_architectures for name in architectures)
 
     def defaults(self) -> dict[str, Any]:
         """Every destination with the default the real parser gives it."""
@@ -136,4 +143,5 @@ def _load_facts(version: str) -> Facts:
         },
         record_only_fields=dict(raw.get("record_only_fields", {})),
         non_field_dests=frozenset(raw.get("non_field_dests", [])),
+        multimodal_architectures=frozenset(raw.get("multimodal_architectures", [])),
     )

@@ -240,11 +240,10 @@ class Launch:
             _report(self.log, exc, scheduler=False)
             return 1
         self.log.info("%s", _server_args_line(resolved.settings))
-        processor_error = image_processor_error(
-            resolved.model, tokenizer_files(str(resolved.settings["tokenizer_path"]))
-        )
-        if processor_error is not None:
-            return self._tokenizer_manager_failed(processor_error)
+        multimodal = self.facts.multimodal(resolved.model.architectures)
+        tokenizer = tokenizer_files(str(resolved.settings["tokenizer_path"]))
+        if multimodal and not tokenizer.has_image_processor:
+            return self._tokenizer_manager_failed(image_processor_error(tokenizer.path))
         tp_size = int(resolved.settings.get("tp_size") or 1)
         self.sched_log = logs.scheduler_logger(tp_size)
         try:
@@ -255,7 +254,12 @@ class Launch:
         status = self._load(plan)
         if status is not None:
             return status
-        return self._serve(plan)
+        # Recorded for multimodal models only: a chat template missing refuses every chat completion.
+        return self._serve(
+            plan,
+            multimodal,
+            multimodal and not (plan.settings.get("chat_template") or tokenizer.has_chat_template),
+        )
 
     def _load(self, plan: Plan) -> int | None:
         log, knobs = self.sched_log, self.knobs
@@ -311,7 +315,7 @@ class Launch:
         self.load_seconds = elapsed
         return None
 
-    def _serve(self, plan: Plan) -> int:
+    def _serve(self, plan: Plan, multimodal: bool, chat_template_missing: bool) -> int:
         settings = plan.settings
         engine = Engine(
             max_running_requests=plan.max_running_requests,
@@ -339,6 +343,7 @@ class Launch:
                 "cuda_graph": _graph_phases(),
             },
             version=self.facts.sglang_version,
+            chat_template_missing=chat_template_missing,
         )
         timings = app.startup_time
         self.log.info(
@@ -371,7 +376,7 @@ class Launch:
         if not settings.get("skip_server_warmup"):
             if self._wait(self.knobs.warmup_seconds):
                 return self._shutdown(app)
-            if plan.model.multimodal and not settings.get("skip_tokenizer_init"):
+            if multimodal and not settings.get("skip_tokenizer_init"):
                 status, answer = _warmup_chat(host, port, settings)
                 if status != 200:
                     return self._warmup_failed(answer)

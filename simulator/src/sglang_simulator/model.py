@@ -26,79 +26,6 @@ from .mtp import has_mtp_tensors
 
 _MIB = 1 << 20
 
-# SGLang 0.5.17 configs/model_config.py `multimodal_model_archs`: for these its tokenizer manager builds
-# the model's processor at start (even with --skip-tokenizer-init), and its warm-up is a chat completion.
-# Gemma3, Llama4 and Step3VL are listed there too, but their multimodal path is off without
-# --enable-multimodal.
-MULTIMODAL_ARCHITECTURES = frozenset(
-    {
-        "CLIPModel",
-        "Cohere2VisionForConditionalGeneration",
-        "DeepseekVL2ForCausalLM",
-        "Ernie4_5_VLMoeForConditionalGeneration",
-        "MiniMaxM3SparseForConditionalGeneration",
-        "Gemma3nForConditionalGeneration",
-        "Gemma4ForConditionalGeneration",
-        "Gemma4UnifiedForConditionalGeneration",
-        "Glm4vForConditionalGeneration",
-        "Glm4vMoeForConditionalGeneration",
-        "GlmOcrForConditionalGeneration",
-        "GlmAsrForConditionalGeneration",
-        "GlmImageForConditionalGeneration",
-        "Grok1VForCausalLM",
-        "Grok1AForCausalLM",
-        "LlavaLlamaForCausalLM",
-        "LlavaMistralForCausalLM",
-        "LlavaQwenForCausalLM",
-        "LlavaForConditionalGeneration",
-        "LlavaVidForCausalLM",
-        "Lfm2VlForConditionalGeneration",
-        "LightOnOCRForConditionalGeneration",
-        "MiMoV2ASRForCausalLM",
-        "MiniCPMO",
-        "MiniCPMV",
-        "Mistral3ForConditionalGeneration",
-        "MultiModalityCausalLM",
-        "MllamaForConditionalGeneration",
-        "MossVLForConditionalGeneration",
-        "NemotronH_Nano_VL_V2",
-        "NemotronH_Nano_Omni_Reasoning_V3",
-        "PixtralForConditionalGeneration",
-        "Qwen2AudioForConditionalGeneration",
-        "Qwen2VLForConditionalGeneration",
-        "Qwen2_5_VLForConditionalGeneration",
-        "Qwen3VLForConditionalGeneration",
-        "Qwen3VLMoeForConditionalGeneration",
-        "Qwen3_5ForConditionalGeneration",
-        "Qwen3_5MoeForConditionalGeneration",
-        "InternS2PreviewForConditionalGeneration",
-        "Qwen3ASRForConditionalGeneration",
-        "Qwen3OmniMoeForConditionalGeneration",
-        "KimiVLForConditionalGeneration",
-        "LocateAnythingForConditionalGeneration",
-        "InternVLChatModel",
-        "InternS1ForConditionalGeneration",
-        "InternS1ProForConditionalGeneration",
-        "Phi4MMForCausalLM",
-        "VoxtralForConditionalGeneration",
-        "WhisperForConditionalGeneration",
-        "POINTSV15ChatModel",
-        "DotsVLMForCausalLM",
-        "DotsOCRForCausalLM",
-        "Sarashina2VisionForCausalLM",
-        "NVILAForConditionalGeneration",
-        "NVILALiteForConditionalGeneration",
-        "DeepseekOCRForCausalLM",
-        "UnlimitedOCRForCausalLM",
-        "JetVLMForConditionalGeneration",
-        "PaddleOCRVLForConditionalGeneration",
-        "MiDashengLMModel",
-        "StepVLForConditionalGeneration",
-        "Step3p7ForConditionalGeneration",
-        "KimiK25ForConditionalGeneration",
-    }
-)
-
 
 @dataclass(frozen=True)
 class ModelInfo:
@@ -136,10 +63,6 @@ class ModelInfo:
             if isinstance(value, int):
                 return value
         return 2
-
-    @property
-    def multimodal(self) -> bool:
-        return any(architecture in MULTIMODAL_ARCHITECTURES for architecture in self.architectures)
 
     def has_mtp_weights(self) -> bool | None:
         """True/False from the tensor names (sglang-fleet's preflight rule); None when they are unknown."""
@@ -280,16 +203,13 @@ def tokenizer_files(tokenizer_path: str) -> TokenizerFiles:
     return TokenizerFiles(tokenizer_path, (directory / "preprocessor_config.json").is_file(), template)
 
 
-def image_processor_error(model: ModelInfo, tokenizer: TokenizerFiles) -> str | None:
+def image_processor_error(tokenizer_path: str) -> str:
     """transformers' OSError when SGLang builds a multimodal model's processor from a directory
     without one."""
-    if not model.multimodal or tokenizer.has_image_processor:
-        return None
-    path = tokenizer.path
     return (
-        f"OSError: Can't load image processor for '{path}'. If you were trying to load it from "
+        f"OSError: Can't load image processor for '{tokenizer_path}'. If you were trying to load it from "
         "'https://huggingface.co/models', make sure you don't have a local directory with the same "
-        f"name. Otherwise, make sure '{path}' is the correct path to a directory containing a "
+        f"name. Otherwise, make sure '{tokenizer_path}' is the correct path to a directory containing a "
         "preprocessor_config.json file"
     )
 

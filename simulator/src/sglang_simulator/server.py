@@ -19,7 +19,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -29,7 +28,6 @@ from .checks import Plan
 from .engine import CHAT_REPLY_TOKENS, Engine, Result, count_prompt_tokens
 from .facts import SGLANG_VERSION
 from .knobs import Knobs
-from .model import tokenizer_files
 from .reasoning import chat_reasoning
 
 LogAdapter = logging.LoggerAdapter[logging.Logger]
@@ -66,20 +64,13 @@ class App:
     version: str = SGLANG_VERSION
     http_requests: Counter[tuple[str, str]] = field(default_factory=Counter)
     http_responses: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    # A multimodal model whose tokenizer has no chat template and no --chat-template (launcher.py): every
+    # chat completion is refused, as real SGLang's warm-up was.
+    chat_template_missing: bool = False
 
     @property
     def settings(self) -> dict[str, Any]:
         return self.plan.settings
-
-    @cached_property
-    def chat_template_missing(self) -> bool:
-        """A multimodal model whose tokenizer has no chat template and no --chat-template: every chat
-        completion is refused (recorded for multimodal models only)."""
-        return (
-            self.plan.model.multimodal
-            and not self.settings.get("chat_template")
-            and not tokenizer_files(str(self.settings["tokenizer_path"])).has_chat_template
-        )
 
     @property
     def served_model_name(self) -> str:
