@@ -198,7 +198,7 @@ class Scenario:
     @property
     def recorded_model(self) -> dict[str, Any] | None:
         """The launched model's recorded config and index (``models/listing.json``), when the folder has them."""
-        return self.recording.model_listing.get(Path(_flag_value(self.args, "--model-path") or "").name)
+        return self.recording.listed_model(self.args)
 
     @property
     def model_type(self) -> str:
@@ -236,7 +236,7 @@ class Failure:
 
     @property
     def recorded_model(self) -> dict[str, Any] | None:
-        return self.recording.model_listing.get(Path(_flag_value(launch_args(self.log), "--model-path") or "").name)
+        return self.recording.listed_model(launch_args(self.log))
 
     @property
     def error_lines(self) -> list[str]:
@@ -274,6 +274,10 @@ class Recording:
         path = self.path / "models" / "listing.json"
         data: dict[str, dict[str, Any]] = _json(path) if path.exists() else {}
         return data
+
+    def listed_model(self, args: list[str]) -> dict[str, Any] | None:
+        """The listing's entry of the model a launch command names (by the --model-path directory's name)."""
+        return self.model_listing.get(Path(_flag_value(args, "--model-path") or "").name)
 
     def _log_path(self, key: str) -> Path | None:
         named = self.contract.get("logs", {}).get(key)
