@@ -70,15 +70,9 @@ def model_filters() -> dict[str, Callable[..., Any]]:
     return FilterModule().filters()
 
 
-# The stand-in's files besides its shards, as the test hosts get them (roles/testhost: _testhost_model_files): real
-# SGLang refuses a multimodal checkpoint without its processor or chat template, and so does preflight.
-STAND_IN_FILES = (
-    "config.json",
-    "model.safetensors.index.json",
-    "preprocessor_config.json",
-    "video_preprocessor_config.json",
-    "chat_template.jinja",
-)
+# The stand-in's files besides its shards, as the test hosts get them: real SGLang refuses a multimodal checkpoint
+# without its processor or chat template, and so does preflight.
+STAND_IN_FILES = yaml.safe_load((ROOT / "roles/testhost/vars/main.yml").read_text())["_testhost_model_files"]
 
 
 def stand_in_model(directory: Path) -> Path:

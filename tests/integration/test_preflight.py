@@ -40,8 +40,9 @@ if change.get("drop_mtp"):
 os.makedirs(target, exist_ok=True)
 json.dump(config, open(f"{target}/config.json", "w"))
 json.dump(index, open(f"{target}/model.safetensors.index.json", "w"))
-for name in ("preprocessor_config.json", "video_preprocessor_config.json", "chat_template.jinja"):
-    if name not in change.get("remove", []):
+not_copied = {"config.json", "model.safetensors.index.json", *change.get("remove", [])}
+for name in sorted(os.listdir(source)):  # the processors and the chat template, as the stand-in has them
+    if not name.endswith(".safetensors") and name not in not_copied:
         open(f"{target}/{name}", "w").write(open(f"{source}/{name}").read())
 for shard in sorted(set(index["weight_map"].values())):
     if shard not in change.get("remove", []):
