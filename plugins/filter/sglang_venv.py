@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
@@ -75,6 +75,11 @@ def sglang_venv_problems(
 GIB = 1 << 30
 
 
+def _size(count: int) -> str:
+    """Bytes as GiB, or MiB below a tenth of a GiB (a small model's files would read 0.0 GiB)."""
+    return f"{count / GIB:.1f} GiB" if count >= GIB // 10 else f"{count / (1 << 20):.1f} MiB"
+
+
 def sglang_venv_room_problems(
     host: str,
     footprint: Mapping[str, int],
@@ -83,46 +88,97 @@ def sglang_venv_room_problems(
     free_space: Mapping[str, Mapping[str, Any]],
     places: Mapping[str, str],
     version: str,
+    other_needs: Sequence[Mapping[str, Any]] = (),
 ) -> list[str]:
     """Whether the host has room for what an install will write, before it writes anything: the venv
     (`footprint.venv_bytes`) under `places.venv_root`, and the wheelhouse archive and its unpacked wheels
     (`footprint.wheels_bytes` each, less what `found` shows is there already: `places.archive`, `places.unpacked`)
-    under `places.host_wheelhouse`; summed where both are one filesystem (`free_space`'s `disk_device`)."""
+    under `places.host_wheelhouse`; summed per filesystem (`free_space`'s `disk_device`) with what the same deploy
+    writes beside them (`other_needs`, the plan's `disk_needs`: the model's revision). A filesystem where those other
+    needs alone do not fit is their own role's problem, not reported again."""
     if not installs or not footprint:
         return []
     wheels = int(footprint["wheels_bytes"])
-    needs = {
-        ("sglang_venv_root", places["venv_root"]): int(footprint["venv_bytes"]),
-        ("sglang_venv_host_wheelhouse", places["host_wheelhouse"]): (0 if found.get(places["archive"]) else wheels)
-        + (0 if found.get(places["unpacked"]) else wheels),
-    }
-    by_device: dict[Any, list[tuple[str, str, int]]] = {}
-    for (variable, path), need in needs.items():
-        by_device.setdefault(free_space[path]["disk_device"], []).append((variable, path, need))
+    wheelhouse = (0 if found.get(places["archive"]) else wheels) + (0 if found.get(places["unpacked"]) else wheels)
+    own: list[Mapping[str, Any]] = [
+        {
+            "variable": "sglang_venv_root",
+            "what": f"the SGLang {version} venv",
+            "path": places["venv_root"],
+            "bytes": int(footprint["venv_bytes"]),
+            **free_space[places["venv_root"]],
+        },
+        {
+            "variable": "sglang_venv_host_wheelhouse",
+            "what": "its wheelhouse",
+            "path": places["host_wheelhouse"],
+            "bytes": wheelhouse,
+            **free_space[places["host_wheelhouse"]],
+        },
+    ]
+    by_device: dict[Any, list[Mapping[str, Any]]] = {}
+    for need in own:
+        by_device.setdefault(need["disk_device"], []).append(need)
+    for other in other_needs:
+        room = other.get("disk_free_bytes")
+        if other.get("disk_device") in by_device and isinstance(room, int) and int(other["bytes"]) <= room:
+            by_device[other["disk_device"]].append(other)
     problems = []
     for entries in by_device.values():
-        total = sum(need for _, _, need in entries)
-        room = free_space[entries[0][1]]
-        if total <= int(room["disk_free_bytes"]):
+        total = sum(int(need["bytes"]) for need in entries)
+        free = min(int(need["disk_free_bytes"]) for need in entries)
+        if total <= free:
             continue
-        parts = " and ".join(f"{need / GIB:.1f} GiB under {path}" for _, path, need in entries if need)
+        parts = " + ".join(
+            f"{need['what']} {_size(int(need['bytes']))} under {need['path']}" for need in entries if need["bytes"]
+        )
+        variables = list(dict.fromkeys(str(need["variable"]) for need in entries))
         problems.append(
             problem_line(
                 host,
                 "host",
-                entries[0][0],
-                entries[0][1],
-                f"installing SGLang {version} writes {parts}, {total / GIB:.1f} GiB on the filesystem of "
-                f"{room['disk_path']}, which has {int(room['disk_free_bytes']) / GIB:.1f} GiB free",
-                "free space there, or set " + " / ".join(variable for variable, _, _ in entries)
-                + " to a filesystem with room (sglang_venv_keep_previous: fewer old venvs kept)",
+                variables[0],
+                entries[0]["path"],
+                f"the deploy writes {parts} = {_size(total)} on the filesystem of {entries[0]['disk_path']}, "
+                f"which has {_size(free)} free",
+                "free space there, or set " + " / ".join(variables) + " to a filesystem with room"
+                " (sglang_venv_keep_previous: fewer old venvs kept)",
             )
         )
     return problems
+
+
+def sglang_venv_cache_room_problems(
+    host: str, footprint: Mapping[str, int], installs: bool, complete: bool, cache: Mapping[str, Any], version: str
+) -> list[str]:
+    """Whether the control node has room to build the wheelhouse an install needs (`footprint.wheels_bytes` of wheels
+    downloaded into `cache.path`, and as much again for the archive packed beside them), unless it is `complete`.
+    `cache`: the cache directory (`path`) with its filesystem's free bytes (`disk_path`, `disk_free_bytes`)."""
+    if not installs or complete or not footprint:
+        return []
+    need = 2 * int(footprint["wheels_bytes"])
+    free = int(cache["disk_free_bytes"])
+    if need <= free:
+        return []
+    return [
+        problem_line(
+            host,
+            "host",
+            "sglang_venv_wheelhouse_cache",
+            cache["path"],
+            f"the control node builds SGLang {version}'s wheelhouse there: {_size(need)} (the wheels and their "
+            f"archive) on the filesystem of {cache['disk_path']}, which has {_size(free)} free",
+            "free space on the control node, or set sglang_venv_wheelhouse_cache to a filesystem with room",
+        )
+    ]
 
 
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"sglang_venv_problems": sglang_venv_problems, "sglang_venv_room_problems": sglang_venv_room_problems}
+        return {
+            "sglang_venv_problems": sglang_venv_problems,
+            "sglang_venv_room_problems": sglang_venv_room_problems,
+            "sglang_venv_cache_room_problems": sglang_venv_cache_room_problems,
+        }

@@ -152,12 +152,8 @@ def mtimes(paths: Sequence[str]) -> dict[str, float]:
 
 def free_space(paths: Sequence[str]) -> dict[str, dict[str, Any]]:
     """path -> the nearest existing directory (`disk_path`), the bytes free on its filesystem and the filesystem's
-    device number (`disk_device`: two paths on one filesystem share it)."""
-    found = {}
-    for path in paths:
-        room = free_bytes(path)
-        found[path] = {**room, "disk_device": os.stat(room["disk_path"]).st_dev}
-    return found
+    device number (`disk_device`)."""
+    return {path: free_bytes(path) for path in paths}
 
 
 def command_differences(spec: Mapping[str, Any], run: Any = subprocess.run) -> list[str]:

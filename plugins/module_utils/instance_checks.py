@@ -314,9 +314,25 @@ def checked_model(settings: Mapping[str, Any], on_host: Mapping[str, Any]) -> Ma
     return {**copy, "path": settings["model_path"], **{key: on_host[key] for key in HOST_MODEL_KEYS if key in on_host}}
 
 
+def model_room_need(settings: Mapping[str, Any], on_host: Mapping[str, Any]) -> dict[str, Any] | None:
+    """For a fetched model: the bytes its files the host lacks or has wrong will write there, with the filesystem they
+    go to (the host facts' disk_path, disk_free_bytes, disk_device); None when nothing is to be sent."""
+    files = (settings.get("model_source") or {}).get("files") or {}
+    missing = sorted(set(on_host.get("checksum_problems") or {}) & set(files) if on_host.get("exists") else files)
+    needed = sum(int(files[name].get("size") or 0) for name in missing)
+    if not needed:
+        return None
+    return {
+        "variable": "sglang_model_root",
+        "what": f"the model's revision ({len(missing)} file(s) to send)",
+        "path": settings["model_path"],
+        "bytes": needed,
+        **{key: on_host.get(key) for key in ("disk_path", "disk_free_bytes", "disk_device")},
+    }
+
+
 def model_source_problems(problems: HostProblems, settings: Mapping[str, Any], on_host: Mapping[str, Any]) -> None:
     """Both ways of naming the model set; for a fetched model, the room its missing files need where they go."""
-    source = settings.get("model_source") or {}
     if settings.get("model_path_given") and settings.get("model_sourced"):
         problems.add(
             "host",
@@ -325,17 +341,14 @@ def model_source_problems(problems: HostProblems, settings: Mapping[str, Any], o
             "set together with sglang_model, which derives the model directory itself",
             "remove sglang_model_path (or sglang_model, to keep managing the files by hand)",
         )
-    files = source.get("files") or {}
-    missing = sorted(set(on_host.get("checksum_problems") or {}) & set(files) if on_host.get("exists") else files)
-    needed = sum(int(files[name].get("size") or 0) for name in missing)
-    free = on_host.get("disk_free_bytes")
-    if needed and isinstance(free, int) and needed > free:
+    need = model_room_need(settings, on_host)
+    free = need and need["disk_free_bytes"]
+    if need and isinstance(free, int) and need["bytes"] > free:
         problems.add(
             "host",
-            "sglang_model_root",
-            str(on_host.get("disk_path") or settings["model_path"]),
-            f"the model's revision needs {needed / GIB:.1f} GiB more ({len(missing)} file(s) to send) and the filesystem "
-            f"has {free / GIB:.1f} GiB free",
+            need["variable"],
+            str(need["disk_path"] or need["path"]),
+            f"{need['what']} needs {need['bytes'] / GIB:.1f} GiB more and the filesystem has {free / GIB:.1f} GiB free",
             "free space there, or set sglang_model_root to a filesystem with room (see sglang_model_keep_previous)",
         )
 

@@ -356,12 +356,12 @@ def service_access(path: str, user: str, group: str = "") -> dict[str, Any]:
 
 def free_bytes(path: str) -> dict[str, Any]:
     """The bytes free to root-owned files on the filesystem `path` is (or would be) on: of its nearest existing
-    ancestor."""
+    ancestor (`disk_path`), and that filesystem's device number (`disk_device`: two paths on one filesystem share it)."""
     existing = os.path.abspath(path)
     while not os.path.exists(existing) and existing != "/":
         existing = os.path.dirname(existing)
     found = os.statvfs(existing)
-    return {"disk_path": existing, "disk_free_bytes": found.f_bavail * found.f_frsize}
+    return {"disk_path": existing, "disk_free_bytes": found.f_bavail * found.f_frsize, "disk_device": os.stat(existing).st_dev}
 
 
 def revisions(path: str, link: str) -> dict[str, Any]:

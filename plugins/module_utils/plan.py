@@ -1,10 +1,11 @@
 """The fleet's one data model: a host's SGLang settings and facts become its instances and its problems.
 
 `plan_host(settings, facts, tables, known_variables)` (the filter sglang_plan) returns {"instances": [...],
-"problems": [...], "reshape": {...}}. Every other role reads the instances; preflight fails the deploy when any host
-has a problem. Each problem is one line naming host, instance, variable, value and fix. `tables` are the support
-tables of every SGLang version sglang-fleet supports (roles/sglang_plan/files/sglang-<version>.json);
-settings["version"] picks the pinned one, and the others say what a host moving between versions gains or loses.
+"problems": [...], "reshape": {...}, "disk_needs": [...]}. Every other role reads the instances; preflight fails the
+deploy when any host has a problem. Each problem is one line naming host, instance, variable, value and fix.
+`tables` are the support tables of every SGLang version sglang-fleet supports
+(roles/sglang_plan/files/sglang-<version>.json); settings["version"] picks the pinned one, and the others say what a
+host moving between versions gains or loses.
 
 The steps live by concern: sglang_support (the tables, each flag checked against them), server_settings (server
 args, speculative settings, environment, control characters, variable names), instances (derivation and files),
@@ -23,6 +24,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks impor
     memory_problems,
     model_access_problems,
     model_problems,
+    model_room_need,
     model_source_problems,
     multimodal_start_problems,
     value_problems,
@@ -95,4 +97,12 @@ def plan_host(
     model_access_problems(problems, settings, model)
     memory_problems(problems, settings, {**facts, "model": model}, instances, weight_bytes)
     gpu_and_port_problems(problems, settings, facts, instances)
-    return {"instances": instances, "problems": problems.lines, "reshape": reshape(instances, facts)}
+    # What the deploy will write on the host's filesystems, for the install's room check (role sglang_venv), which sums
+    # what goes to one filesystem.
+    need = model_room_need(settings, facts.get("model") or {})
+    return {
+        "instances": instances,
+        "problems": problems.lines,
+        "reshape": reshape(instances, facts),
+        "disk_needs": [need] if need else [],
+    }

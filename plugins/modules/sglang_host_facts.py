@@ -166,8 +166,9 @@ model:
     own), vision_config (config.json has one), language_model_only, processor_config and chat_template (the file that
     holds a processor's settings, and the chat template's, or null), total_size, shard_bytes, shards,
     missing_shards, empty_shards, has_mtp_tensors, tensor_count, checksum_problems, verified (each checksummed file's
-    size, mtime_ns, inode and sha256, by path), hashed (the names read and hashed in this call); disk_path and
-    disk_free_bytes (the nearest existing directory of the path and the bytes free on its filesystem); with I(model.link),
+    size, mtime_ns, inode and sha256, by path), hashed (the names read and hashed in this call); disk_path,
+    disk_free_bytes and disk_device (the nearest existing directory of the path, the bytes free on its filesystem and
+    that filesystem's device number); with I(model.link),
     link_target and revisions (path, mtime); hidden_by
     (the sandbox setting that hides the path from the service, or null), unreadable (one "path: reason" per file or
     directory the service account cannot read); with I(model.user), of an existing directory: read_as (the

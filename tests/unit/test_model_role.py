@@ -85,9 +85,14 @@ def test_a_host_without_room_for_the_missing_files_is_a_problem(plan: Plan, mode
         "disk_free_bytes": 2 * GIB,
     }
     [line] = sourced(plan, model_facts, on_host)["problems"]
-    assert line.startswith('ct129 host: sglang_model_root="/srv": the model\'s revision needs 5.0 GiB more (1 file(s) to send)')
+    assert line.startswith('ct129 host: sglang_model_root="/srv": the model\'s revision (1 file(s) to send) needs 5.0 GiB more')
     assert "has 2.0 GiB free" in line
-    assert sourced(plan, model_facts, {**on_host, "disk_free_bytes": 6 * GIB})["problems"] == []
+    roomy = sourced(plan, model_facts, {**on_host, "disk_free_bytes": 6 * GIB, "disk_device": 7})
+    assert roomy["problems"] == []
+    # What the install's room check sums with its own footprint on the same filesystem (role sglang_venv).
+    [need] = roomy["disk_needs"]
+    assert need["variable"] == "sglang_model_root" and need["bytes"] == 5 * GIB and need["disk_device"] == 7
+    assert need["what"] == "the model's revision (1 file(s) to send)" and need["path"] == PATH
 
 
 def test_the_hosts_view_of_access_is_kept_and_both_ways_of_naming_the_model_are_refused(
