@@ -434,11 +434,15 @@ class Answer:
         return self.body.decode(errors="replace").splitlines()
 
 
-def request(port: int, method: str, path: str, body: Any = None, timeout: float = 30) -> Answer:
+def request(
+    port: int, method: str, path: str, body: Any = None, timeout: float = 30, headers: dict[str, str] | None = None
+) -> Answer:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", "application/json")
+    for name, value in (headers or {}).items():
+        req.add_header(name, value)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return Answer(resp.status, dict(resp.headers), resp.read())

@@ -99,8 +99,14 @@ class Run:
     def left(self) -> float:
         return self.deadline - time.time()
 
+    def redact(self, text: str) -> str:
+        """`text` with every secret of the run replaced by '<redacted>'."""
+        for secret in self.secrets:
+            text = text.replace(secret, "<redacted>")
+        return text
+
     def log(self, msg: str) -> None:
-        line = f"[{self.now():7.1f}s] {msg}"
+        line = f"[{self.now():7.1f}s] {self.redact(msg)}"
         print(line, flush=True)
         with self.lock, open(self.res / "driver.log", "a", encoding="utf-8") as f:
             f.write(line + "\n")
@@ -109,9 +115,7 @@ class Run:
         path = self.res / name
         path.parent.mkdir(parents=True, exist_ok=True)
         text = obj if isinstance(obj, str) else json.dumps(obj, indent=2, default=str) + "\n"
-        for secret in self.secrets:
-            text = text.replace(secret, "<redacted>")
-        path.write_text(text, encoding="utf-8")
+        path.write_text(self.redact(text), encoding="utf-8")
         return path
 
     def message(self, msg: str) -> None:
@@ -183,16 +187,22 @@ def sh(run: Run, name: str, argv: list[str], timeout: float = 60.0, env: dict[st
     return rec
 
 
-def http(url: str, payload: Any = None, timeout: float = 60.0, api_key: str = "") -> Json:
-    """One exchange, never raising: status ("refused", "timeout" when none), headers, body (JSON or text), seconds."""
-    rec: Json = {"url": url, "method": "POST" if payload is not None else "GET"}
+def http(url: str, payload: Any = None, timeout: float = 60.0, api_key: str = "", method: str = "",
+         headers: dict[str, str] | None = None) -> Json:
+    """One exchange, never raising: status ("refused", "timeout" when none), headers, body (JSON or text), seconds.
+    `method` defaults to POST with a payload and GET without; `headers` are added as given (recorded as sent)."""
+    rec: Json = {"url": url, "method": method or ("POST" if payload is not None else "GET")}
     if payload is not None:
         rec["request"] = payload
+    if headers:
+        rec["request_headers"] = headers
     data = json.dumps(payload).encode() if payload is not None else None
     request = urllib.request.Request(url, data=data, method=rec["method"])
     request.add_header("Content-Type", "application/json")
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
     t = time.time()
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -335,7 +345,8 @@ class Server:
         # differs (the product's launcher, a key file), `# launched:` above it is the exact command.
         replay = [PY, "-m", LAUNCH_MODULE, *without_config(argv)]
         launched = f"# launched: {' '.join(self.cmd)}\n" if self.cmd != replay else ""
-        self.logf.write(f"{launched}# cmd: {' '.join(replay)}\n# env added: {json.dumps(env_added)}\n")
+        # A key given on the command line (--api-key) is written as '<redacted>', like every line below.
+        self.logf.write(run.redact(f"{launched}# cmd: {' '.join(replay)}\n# env added: {json.dumps(env_added)}\n"))
         self.t_launch = time.time()
         self.p = subprocess.Popen(
             self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
@@ -351,7 +362,7 @@ class Server:
             rel = time.time() - self.t_launch
             line = raw.decode(errors="replace").rstrip("\n")
             self.lines.append((rel, line))
-            self.logf.write(f"[+{rel:8.3f}s] {line}\n")
+            self.logf.write(f"[+{rel:8.3f}s] {self.run.redact(line)}\n")
             self.logf.flush()
 
     def rel(self) -> float:

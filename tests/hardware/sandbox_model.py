@@ -84,10 +84,11 @@ def argv_for(models: Path, model: str, settings: list[str], port: int) -> list[s
             "--host", "127.0.0.1", "--port", str(port), "--nccl-port", str(port + 1000)]
 
 
-def stage_models(run: Run, models: Path, record: Json) -> None:
-    """Revision 1 of the generated repository, whole and with files left out; the listing of each."""
+def stage_models(run: Run, models: Path, record: Json, variants: dict[str, tuple[str, ...]] | None = None) -> None:
+    """Revision 1 of the generated repository, whole and with files left out (`variants`, MODELS unless given: directory
+    name -> the files it lacks); the listing of each."""
     listing: Json = {}
-    for name, missing in MODELS.items():
+    for name, missing in (MODELS if variants is None else variants).items():
         directory = models / name
         model_repo.build_repo(directory, 1)
         for file in missing:

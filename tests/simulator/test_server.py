@@ -122,6 +122,51 @@ def test_api_key(start_server: Start, model_dir: Path) -> None:
     auth = {"Authorization": "bearer sk-sim"}
     assert server.get("/v1/models", headers=auth).status == 200
     assert server.get("/server_info", headers=auth).json()["api_key"] == "sk-sim"
+    assert server.get("/ready").status == 200  # exempt in 0.5.23
+
+
+def test_api_key_0_5_17(start_server: Start, model_dir: Path) -> None:
+    """As recorded in tests/recordings/sglang-0.5.17-h200-keyed-routes: 0.5.17 has no /ready and exempts
+    only /health* and /metrics*; a refused request is in no HTTP counter; a CORS preflight needs no key."""
+    server = start_server(
+        ["--model-path", str(model_dir), "--api-key", "sk-sim", "--enable-metrics"],
+        SGLANG_SIM_VERSION="0.5.17",
+    )
+    server.wait_ready()
+    auth = {"Authorization": "Bearer sk-sim"}
+    assert server.get("/ready").status == 401
+    assert server.get("/ready").json() == {"error": "Unauthorized"}
+    assert server.get("/ready", headers=auth).status == 404
+    assert server.get("/metrics").status == 200
+    counted = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in server.get("/metrics").body.decode().splitlines()
+        if line.startswith(("sglang:http_requests_total", "sglang:http_responses_total")) and "/ready" in line
+    }
+    assert counted == {
+        'sglang:http_requests_total{endpoint="/ready",method="GET"}': 1.0,
+        'sglang:http_responses_total{endpoint="/ready",method="GET",status_code="404"}': 1.0,
+    }
+    preflight = {"Origin": "http://x.example", "Access-Control-Request-Method": "GET"}
+    answer = server.get(
+        "/v1/models",
+        method="OPTIONS",
+        headers={**preflight, "Access-Control-Request-Headers": "authorization"},
+    )
+    assert answer.status == 200 and answer.body == b"OK"
+    assert answer.headers["Access-Control-Allow-Origin"] == "http://x.example"
+    assert answer.headers["Access-Control-Allow-Headers"] == "authorization"
+    assert answer.headers["Access-Control-Allow-Credentials"] == "true"
+    refused = server.get(
+        "/v1/models", method="OPTIONS", headers={**preflight, "Access-Control-Request-Method": "FOO"}
+    )
+    assert refused.status == 400 and refused.body == b"Disallowed CORS method"
+    plain = server.get("/v1/models", method="OPTIONS")
+    assert (
+        plain.status == 405
+        and plain.json() == {"detail": "Method Not Allowed"}
+        and plain.headers["Allow"] == "GET"
+    )
 
 
 def test_ignore_speculative_knob(start_server: Start, model_dir: Path) -> None:

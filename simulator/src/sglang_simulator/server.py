@@ -3,7 +3,9 @@
 Paths, methods, status codes and bodies follow ``srt/entrypoints/http_server.py``
 and the OpenAI adapters.  ``--api-key`` works like ``srt/utils/auth.py``:
 every path needs ``Authorization: Bearer <key>`` except OPTIONS requests and
-paths starting with ``/health``, ``/ready`` or ``/metrics``.
+paths starting with ``/health``, ``/ready`` or ``/metrics`` (0.5.17: ``/health``
+or ``/metrics`` only, and no ``/ready`` route).  A CORS preflight is answered
+as Starlette's CORSMiddleware answers it, before any route.
 """
 
 from __future__ import annotations
@@ -32,6 +34,21 @@ from .reasoning import chat_reasoning
 
 LogAdapter = logging.LoggerAdapter[logging.Logger]
 _EXEMPT_PREFIXES = ("/health", "/ready", "/metrics")
+# 0.5.17's srt/utils/auth.py decide_request_auth (line 100): `if path.startswith("/health") or
+# path.startswith("/metrics")`; it has no /ready route, so /ready without a key is 401 and with it 404
+# (tests/recordings/sglang-0.5.17-h200-keyed-routes).
+_LEGACY_EXEMPT_PREFIXES = ("/health", "/metrics")
+# Starlette's CORSMiddleware as srt/entrypoints/http_server.py (0.5.17 line 460) adds it (allow_origins=["*"],
+# allow_credentials=True, allow_methods=["*"], allow_headers=["*"]): starlette/middleware/cors.py ALL_METHODS.
+_CORS_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY")
+_CORS_VARY = ", ".join(
+    [
+        "Origin",
+        "Access-Control-Request-Method",
+        "Access-Control-Request-Headers",
+        "Access-Control-Request-Private-Network",
+    ]
+)
 
 
 class Status(enum.Enum):
@@ -127,10 +144,11 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         return "/v1/models/{model:path}" if path.startswith("/v1/models/") else path
 
-    def _access_log(self, status: int) -> None:
-        with self.app.lock:
-            self.app.http_requests[(self._endpoint(), self.command)] += 1
-            self.app.http_responses[(self._endpoint(), self.command, str(status))] += 1
+    def _access_log(self, status: int, counted: bool = True) -> None:
+        if counted:
+            with self.app.lock:
+                self.app.http_requests[(self._endpoint(), self.command)] += 1
+                self.app.http_responses[(self._endpoint(), self.command, str(status))] += 1
         excluded = self.app.settings.get("uvicorn_access_log_exclude_prefixes") or []
         if any(self.path.startswith(prefix) for prefix in excluded):
             return
@@ -144,6 +162,7 @@ class Handler(BaseHTTPRequestHandler):
         body: bytes = b"",
         content_type: str | None = None,
         headers: Mapping[str, str] | None = None,
+        counted: bool = True,
     ) -> None:
         self.send_response(status)
         if content_type:
@@ -154,7 +173,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if body and self.command != "HEAD":
             self.wfile.write(body)
-        self._access_log(status)
+        self._access_log(status, counted)
 
     def _send_json(self, status: int, obj: Any) -> None:
         self._send(status, _json_bytes(obj), "application/json")
@@ -201,7 +220,8 @@ class Handler(BaseHTTPRequestHandler):
         if not api_key and not settings.get("admin_api_key"):
             return True
         path = self.path.split("?", 1)[0]
-        if self.command == "OPTIONS" or path.startswith(_EXEMPT_PREFIXES):
+        exempt = _LEGACY_EXEMPT_PREFIXES if responses.is_legacy(self.app.version) else _EXEMPT_PREFIXES
+        if self.command == "OPTIONS" or path.startswith(exempt):
             return True
         if not api_key:
             return True  # only an admin key: normal endpoints stay open
@@ -215,7 +235,6 @@ class Handler(BaseHTTPRequestHandler):
         routes: dict[str, dict[str, Callable[[], None]]] = {
             "/health": {"GET": self.health},
             "/health_generate": {"GET": self.health},
-            "/ready": {"GET": self.ready},
             "/model_info": {"GET": self.model_info},
             "/get_model_info": {"GET": self.get_model_info},
             "/server_info": {"GET": self.server_info},
@@ -228,13 +247,19 @@ class Handler(BaseHTTPRequestHandler):
         }
         if responses.is_legacy(self.app.version):
             routes["/get_load"] = {"GET": self.get_load}  # gone in 0.5.23
+        else:
+            routes["/ready"] = {"GET": self.ready}  # 0.5.17 has none (recorded: 404 with the key)
         if self.app.settings.get("enable_metrics"):
             routes["/metrics"] = {"GET": self.metrics}
         return routes
 
     def _dispatch(self) -> None:
         if not self._authorized():
-            self._send_json(401, {"error": "Unauthorized"})
+            # Not in sglang:http_requests_total / http_responses_total: the API-key middleware is added after
+            # the metrics one (0.5.17 srt/entrypoints/http_server.py line 2489, then add_api_key_middleware at
+            # 2517), so it is the outer one and a refused request never reaches the counters (recorded: 3 GETs
+            # of /ready, one counted, tests/recordings/sglang-0.5.17-h200-keyed-routes).
+            self._send(401, _json_bytes({"error": "Unauthorized"}), "application/json", counted=False)
             return
         path = self.path.split("?", 1)[0]
         routes = self._routes()
@@ -276,7 +301,30 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     def do_OPTIONS(self) -> None:
+        if "Origin" in self.headers and "Access-Control-Request-Method" in self.headers:
+            self._cors_preflight()
+            return
         self._dispatch()
+
+    def _cors_preflight(self) -> None:
+        """starlette/middleware/cors.py preflight_response: SGLang's CORSMiddleware answers a preflight
+        itself, for any path, and the API-key middleware lets every OPTIONS through (0.5.17
+        srt/utils/auth.py line 97: `if method == "OPTIONS": return AuthDecision(allowed=True)`)."""
+        headers = {
+            "Vary": _CORS_VARY,
+            "Access-Control-Allow-Methods": ", ".join(_CORS_METHODS),
+            "Access-Control-Max-Age": "600",
+            "Access-Control-Allow-Credentials": "true",
+            "Access-Control-Allow-Origin": self.headers["Origin"],
+        }
+        requested = self.headers.get("Access-Control-Request-Headers")
+        if requested is not None:
+            headers["Access-Control-Allow-Headers"] = requested
+        failures = [] if self.headers["Access-Control-Request-Method"] in _CORS_METHODS else ["method"]
+        if self.headers.get("Access-Control-Request-Private-Network") is not None:
+            failures.append("private-network")
+        text = "Disallowed CORS " + ", ".join(failures) if failures else "OK"
+        self._send(400 if failures else 200, text.encode(), "text/plain; charset=utf-8", headers)
 
     # -- health --------------------------------------------------------------
 
