@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down status lint unit molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down sandbox-prometheus status lint unit molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -31,8 +31,15 @@ sandbox: sandbox-hosts mirror ## Test hosts + deploy to them (their model from t
 status: venv ## Print every sandbox instance with its URL and health
 	ansible-playbook playbooks/status.yml $(SANDBOX)
 
-sandbox-down: ## Remove the test hosts
+# The sandbox's servers and router on every address (with a test API key), and a real Prometheus on the sandbox's own
+# network scraping them; `make sandbox` puts them back on loopback.
+sandbox-prometheus: sandbox-hosts mirror ## The sandbox listening on its network, and Prometheus there on http://127.0.0.1:19090
+	ansible-playbook deploy.yml $(SANDBOX) -e @inventory/sandbox-on-network.yml
+	ansible-playbook playbooks/sandbox-prometheus.yml $(SANDBOX) -e @inventory/sandbox-on-network.yml
+
+sandbox-down: ## Remove the test hosts, the sandbox's Prometheus and their network
 	-docker rm --force --volumes $$(docker ps --all --quiet --filter label=sglang-fleet=sandbox) 2>/dev/null
+	-docker network rm $$(docker network ls --quiet --filter label=sglang-fleet=sandbox) 2>/dev/null
 
 lint: venv ## ansible-lint (production profile), yamllint, ruff, mypy
 	yamllint --strict .

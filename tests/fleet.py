@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,6 +149,16 @@ def http_status(host: str, url: str) -> int:
         "except OSError:\n    print(0)\n"
     )
     return int(on_host(host, "python3", "-c", script, url).strip())
+
+
+def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    """Whether `condition()` holds within `seconds`, asked once a second."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(1)
+    return condition()
 
 
 def unit_property(host: str, unit: str, name: str) -> str:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +17,13 @@ from fleet import (
     run_playbook,
     unit_property,
     unit_starts,
+    wait_until,
 )
 
 
 def deploy_with_overrides(tmp_path: Path, overrides: dict[int, dict[str, Any]], **host_vars: Any) -> Run:
     inventory = overlay_inventory(tmp_path, host_vars={"b200": {"sglang_instance_overrides": overrides, **host_vars}})
     return run_playbook("deploy.yml", inventory=inventory, limit="b200")
-
-
-def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(1)
-    return condition()
 
 
 def assert_rolled_back(result: Run, port: int, knob: str, *reasons: str) -> str:

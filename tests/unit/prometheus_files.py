@@ -26,6 +26,7 @@ PLAYBOOK = ROOT / "playbooks/prometheus.yml"
 RULES_TEMPLATE = "prometheus/sglang-alerts.yml.j2"
 TARGETS_TEMPLATE = "prometheus/sglang-targets.json.j2"
 DASHBOARD_TEMPLATE = "prometheus/sglang-fleet-dashboard.json.j2"
+CONFIG_TEMPLATE = "prometheus/prometheus.yml.j2"
 FIXTURES = ROOT / "tests/fixtures/prometheus"
 # What real exporters answered on /metrics: SGLang 0.5.17 on an H200 (four scrapes, with and without speculative
 # decoding) and sglang-router 0.3.2 with a healthy and an unhealthy worker (FIXTURES/README.md).

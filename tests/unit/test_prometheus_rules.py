@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_files import (
+    CONFIG_TEMPLATE,
     DASHBOARD_TEMPLATE,
     FIXTURES,
     LABEL_PAIR,
@@ -79,7 +80,20 @@ def rules_tests() -> list[dict[str, Any]]:
 def test_the_tests_render_the_files_the_playbook_writes() -> None:
     """The templates rendered here (rules, targets) and in test_grafana_dashboard.py (the dashboard) are the playbook's
     template tasks, and no other."""
-    assert set(playbook_templates()) == {RULES_TEMPLATE, TARGETS_TEMPLATE, DASHBOARD_TEMPLATE}
+    assert set(playbook_templates()) == {RULES_TEMPLATE, TARGETS_TEMPLATE, DASHBOARD_TEMPLATE, CONFIG_TEMPLATE}
+
+
+def test_promtool_accepts_the_configuration_and_the_rules_it_names(rules_file: Path) -> None:
+    """`promtool check config` loads the rendered prometheus.yml and the rule file it names (side by side in
+    sglang_prometheus_dir, as the playbook writes them). A running Prometheus reads it in the integration suite."""
+    directory = rules_file.parent
+    config = render_as_the_playbook(
+        CONFIG_TEMPLATE, directory / Path(playbook_templates()[CONFIG_TEMPLATE]).name, sglang_prometheus_dir=str(directory)
+    )
+    result = promtool("check", "config", config.name, cwd=directory)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 1 rule files found" in result.stdout
+    assert f"SUCCESS: {len(alert_rules(rules_file))} rules found" in result.stdout
 
 
 def test_promtool_accepts_the_rendered_rules(rules_file: Path) -> None:

@@ -1,0 +1,187 @@
+"""The sandbox beyond loopback: deployed once with an API key from ansible-vault and listening on every address
+(inventory/sandbox-on-network.yml's addresses), where the key protects every server and is never shown, and a real
+Prometheus on the sandbox's own Docker network (playbooks/sandbox-prometheus.yml) scrapes every instance and router
+and fires an alert for real. Deployed back as it was afterwards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fleet import ROOT, Run, http_status, on_host, overlay_inventory, run_playbook, wait_until
+
+VAULT_PASSWORD = "sandbox-vault-password"
+API_KEY = "sk-sandbox-0123456789"
+PROMETHEUS = "http://127.0.0.1:19090"
+# Scraped and evaluated every second, "down" after 3 s (the playbook's defaults: 15 s and 2 m).
+FAST_ALERTS = {"sglang_prometheus_scrape_interval": "1s", "sglang_alert_down_for": "3s"}
+STOPPED = ("b200", "sglang-30002")
+
+
+@dataclass
+class Keyed:
+    """The keyed deploy on the network: its run, inventory, the vault option every later run needs, and when it began
+    on b200 (the journal since then)."""
+
+    deployed: Run
+    inventory: Path
+    vault: str
+    since: str
+
+
+@pytest.fixture(scope="module")
+def keyed(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
+    directory = tmp_path_factory.mktemp("keyed")
+    password = directory / "vault-password"
+    password.write_text(VAULT_PASSWORD)
+    encrypted = subprocess.run(
+        [
+            str(ROOT / ".venv/bin/ansible-vault"),
+            "encrypt_string",
+            "--vault-password-file",
+            str(password),
+            API_KEY,
+            "--name",
+            "sglang_api_key",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # The addresses of `make sandbox-prometheus`; the key from vault instead of that file's plain test key.
+    addresses = yaml.safe_load((ROOT / "inventory/sandbox-on-network.yml").read_text())
+    del addresses["sglang_api_key"]
+    inventory = overlay_inventory(directory, group_vars=addresses)
+    (inventory / "group_vars" / "all.yml").write_text((inventory / "group_vars" / "all.yml").read_text() + "\n" + encrypted)
+    vault = f"--vault-password-file {password}"
+    # The journal since now: the sandbox hosts keep theirs across test sessions.
+    since = on_host("b200", "date", "+%Y-%m-%d %H:%M:%S").strip()
+    try:
+        yield Keyed(run_playbook("deploy.yml", inventory=inventory, cmdline=f"{vault} --diff"), inventory, vault, since)
+    finally:
+        subprocess.run(["docker", "rm", "--force", "sglang-fleet-prometheus"], capture_output=True, check=False)
+        restored = run_playbook("deploy.yml")
+    assert restored.rc == 0, restored.failure_messages()
+    assert http_status("b200", "http://127.0.0.1:30003/v1/models") == 200
+    assert on_host(STOPPED[0], "systemctl", "is-active", f"{STOPPED[1]}.service").strip() == "active"
+    assert on_host("b200", "ls", "/etc/sglang-fleet/secrets") == "router.json\n", "only the router's admin key is left"
+    assert json.loads(on_host("b200", "cat", "/etc/sglang-fleet/secrets/router.json"))["api_key"] == ""
+
+
+def router_status(host: str, path: str, key: str) -> int:
+    """HTTP status of a GET of b200's router with a Bearer key, made inside the host."""
+    script = (
+        "import sys, urllib.request, urllib.error\n"
+        "request = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]})\n"
+        "try:\n    print(urllib.request.urlopen(request, timeout=30).status)\n"
+        "except urllib.error.HTTPError as error:\n    print(error.code)\n"
+    )
+    return int(on_host(host, "python3", "-c", script, f"http://127.0.0.1:30100{path}", key).strip())
+
+
+def test_api_key_from_vault_protects_the_servers_and_is_never_shown(keyed: Keyed, tmp_path: Path) -> None:
+    assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
+    assert all(API_KEY not in json.dumps(event) for event in keyed.deployed.events), "the key appears in the deploy's output"
+    listing = on_host(
+        "b200",
+        "stat",
+        "--format=%n %a %U",
+        "/etc/sglang-fleet/secrets/sglang-30003.yaml",
+        "/etc/sglang-fleet/secrets/router.json",
+    )
+    assert listing.split("\n")[:2] == [
+        "/etc/sglang-fleet/secrets/sglang-30003.yaml 600 sglang",
+        "/etc/sglang-fleet/secrets/router.json 600 sglang",
+    ]
+    assert API_KEY not in on_host("b200", "systemctl", "cat", "sglang-30003.service")
+    # The router's keys reach it through its launcher: not in its command line, nor in its environment.
+    admin_key = json.loads(on_host("b200", "cat", "/etc/sglang-fleet/secrets/router.json"))["admin_key"]
+    assert len(admin_key) == 40 and admin_key != API_KEY
+    assert all(admin_key not in json.dumps(event) for event in keyed.deployed.events), "the admin key appears in the output"
+    router_pid = on_host("b200", "systemctl", "show", "--property=MainPID", "--value", "sglang-router.service").strip()
+    assert router_pid not in ("", "0")
+    for name in ("cmdline", "environ"):
+        shown = on_host("b200", "cat", f"/proc/{router_pid}/{name}")
+        assert API_KEY not in shown and admin_key not in shown, f"a key is in the router's /proc/<pid>/{name}"
+    assert API_KEY not in on_host("b200", "systemctl", "cat", "sglang-router.service")
+    # The client key serves requests, the admin key (only) manages the router's workers.
+    assert router_status("b200", "/workers", API_KEY) == 401
+    assert router_status("b200", "/workers", admin_key) == 200
+    assert router_status("b200", "/workers", "") == 401
+    # SGLang (here the simulator) logs its settings with the key at every start; the launcher redacts it,
+    # also where systemd is too old for the unit's LogFilterPatterns= (Debian 12's 252).
+    journal = on_host("b200", "journalctl", "--no-pager", "-o", "cat", f"--since={keyed.since}", "-u", "sglang-30003.service")
+    assert API_KEY not in journal, "the key reached the journal"
+    unit = on_host("b200", "systemctl", "cat", "sglang-30003.service")
+    assert "'api_key': '<redacted>'" in journal or "LogFilterPatterns=~api_key" in unit
+    assert http_status("b200", "http://127.0.0.1:30003/v1/models") == 401
+    assert http_status("b200", "http://127.0.0.1:30003/health_generate") == 200
+    status = run_playbook("playbooks/status.yml", inventory=keyed.inventory, cmdline=keyed.vault)
+    assert status.rc == 0 and all(API_KEY not in json.dumps(event) for event in status.events)
+    bench = run_playbook(
+        "playbooks/bench.yml",
+        inventory=keyed.inventory,
+        cmdline=f"{keyed.vault} -vvv",
+        extravars={"sglang_bench_dir": str(tmp_path / "bench"), "sglang_bench_requests": 2, "sglang_bench_concurrency": [1]},
+    )
+    assert bench.rc == 0, bench.failure_messages()
+    assert all(API_KEY not in json.dumps(event) for event in bench.events), "the key shows in the bench's -vvv output"
+    measured = json.loads((tmp_path / "bench" / "bench.json").read_text())["endpoints"]
+    assert all(r["failed"] == 0 for endpoint in measured for r in endpoint["results"]), "the key reached the servers"
+
+
+def prometheus(path: str) -> Any:
+    """The data of an answer of the sandbox's Prometheus API, asked on the control node's loopback."""
+    with urllib.request.urlopen(f"{PROMETHEUS}{path}", timeout=10) as answer:
+        return json.load(answer)["data"]
+
+
+def targets() -> dict[str, str]:
+    """scrape URL -> health ("up", "down", "unknown") of every active target."""
+    return {target["scrapeUrl"]: target["health"] for target in prometheus("/api/v1/targets")["activeTargets"]}
+
+
+def alerts() -> list[tuple[str, str, str]]:
+    """(alertname, host, instance) of every firing alert."""
+    return [
+        (alert["labels"]["alertname"], alert["labels"].get("fleet_host", ""), alert["labels"].get("sglang_instance", ""))
+        for alert in prometheus("/api/v1/alerts")["alerts"]
+        if alert["state"] == "firing"
+    ]
+
+
+def test_prometheus_on_the_sandbox_network_scrapes_every_target_and_fires_when_an_instance_stops(
+    keyed: Keyed, tmp_path: Path
+) -> None:
+    assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
+    started = run_playbook(
+        "playbooks/sandbox-prometheus.yml",
+        inventory=keyed.inventory,
+        cmdline=keyed.vault,
+        extravars={"sglang_prometheus_dir": str(tmp_path), **FAST_ALERTS},
+    )
+    assert started.rc == 0, started.failure_messages()
+    # Every target the written files list, by host name on the sandbox's network: 8 instances and b200's router. No
+    # credentials: /metrics needs no API key.
+    listed = {
+        f"http://{address}/metrics"
+        for path in sorted(tmp_path.glob("sglang-targets-*.json"))
+        for group in json.loads(path.read_text())
+        for address in group["targets"]
+    }
+    assert listed == {"http://ct129:30000/metrics", "http://b200:29000/metrics"} | {
+        f"http://b200:{30000 + index}/metrics" for index in range(7)
+    }
+    assert wait_until(lambda: targets() == dict.fromkeys(listed, "up"), 30), targets()
+    assert alerts() == []
+    on_host(STOPPED[0], "systemctl", "stop", f"{STOPPED[1]}.service")
+    assert wait_until(lambda: ("SGLangInstanceDown", *STOPPED) in alerts(), 30), alerts()
+    assert targets()[f"http://{STOPPED[0]}:30002/metrics"] == "down"
+    assert [alert for alert in alerts() if alert[0] == "SGLangInstanceDown"] == [("SGLangInstanceDown", *STOPPED)]
