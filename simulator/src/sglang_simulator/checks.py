@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .cache_pools import mamba_cache_size_given, resolve_max_num_reqs
 from .draft import accept_length_for, draft_from_target
 from .errors import StartupError
 from .facts import Facts
@@ -196,6 +197,17 @@ class Resolved:
     memory: MemoryPlan
 
 
+def mamba_capped(settings: Mapping[str, Any], model: ModelInfo, tokens: int, requests: int) -> int:
+    """The running requests of a hybrid gated-delta-net model are capped by its mamba state slots
+    (cache_pools.resolve_max_num_reqs: kv_cache_configurator.py:1738-1750; recorded as 51 in
+    tests/recordings/sglang-0.5.17-h200-tiny-qwen3.5/b200), where the flags size that cache; other models, and
+    a cache sized from memory, keep ``requests``."""
+    if not mamba_cache_size_given(settings):
+        return requests
+    cap = resolve_max_num_reqs(settings, model, tokens)
+    return min(requests, cap.max_running_requests) if cap.capped_by_mamba else requests
+
+
 def resolve_launch(parsed: Mapping[str, Any], knobs: Knobs, facts: Facts, log: LogAdapter) -> Resolved:
     """Read the model config and resolve the arguments, or fail like SGLang."""
     settings = base_settings(parsed, facts)
@@ -270,7 +282,9 @@ def place_launch(
         weights_per_gpu_mib=weights_mib,
         used_mib=int(min(free_mib, free_mib * memory.mem_fraction_static + 1024)),
         max_total_num_tokens=max(1, tokens),
-        max_running_requests=int(mrr) if mrr else max(1, min(tokens // 2, 4096)),
+        max_running_requests=mamba_capped(
+            settings, model, max(1, tokens), int(mrr) if mrr else max(1, min(tokens // 2, 4096))
+        ),
         context_length=int(settings.get("context_length") or model.context_length),
         speculative_algorithm=algorithm,
         accept_length=accept,

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
-from . import gpus, logs
+from . import cache_pools, gpus, logs
 from .args import parse_args
 from .checks import Plan, place_launch, resolve_launch
 from .engine import Engine
@@ -293,13 +293,30 @@ class Launch:
             # Real SGLang sizes the KV cache right after "Load weight end" and fails there.
             _report(log, plan.memory_error, scheduler=True)
             return self._launch_failed()
-        kv_gib = max(0.0, plan.used_mib - 1024 - plan.weights_per_gpu_mib) / 1024
-        log.info(
-            "KV Cache is allocated. dtype: torch.bfloat16, #tokens: %d, K size: %.2f GB, V size: %.2f GB",
-            plan.max_total_num_tokens,
-            kv_gib / 2,
-            kv_gib / 2,
-        )
+        settings, tokens = plan.settings, plan.max_total_num_tokens
+        hybrid_lines = cache_pools.kv_cache_lines(settings, plan.model, tokens)
+        # Only where the flags size the mamba pool: else SGLang sizes it from a memory profile the simulator
+        # does not have, and its lines would contradict the memory model's KV pool.
+        if hybrid_lines is None or not cache_pools.mamba_cache_size_given(settings):
+            kv_gib = max(0.0, plan.used_mib - 1024 - plan.weights_per_gpu_mib) / 1024
+            log.info(
+                "KV Cache is allocated. dtype: torch.bfloat16, #tokens: %d, K size: %.2f GB, V size: %.2f GB",
+                tokens,
+                kv_gib / 2,
+                kv_gib / 2,
+            )
+        else:
+            # A hybrid gated-delta-net model: the mamba state pool first (and the request cap it sets), then
+            # the target's and the draft's KV pools (recorded in
+            # tests/recordings/sglang-0.5.17-h200-tiny-qwen3.5/b200).
+            warning = cache_pools.resolve_max_num_reqs(settings, plan.model, tokens).warning()
+            if warning:
+                log.warning("%s", warning)
+            mamba = cache_pools.mamba_pool_sizes(settings, plan.model, tokens)
+            if mamba is not None:
+                log.info("%s", mamba.log_line())
+            for line in hybrid_lines:
+                log.info("%s", line)
         log.info("Memory pool end. avail mem=%.2f GB", (plan.free_mib - plan.used_mib + 1024) / 1024)
         self._record(plan, plan.used_mib)
         log.info(
@@ -312,6 +329,9 @@ class Launch:
             plan.context_length,
             (plan.free_mib - plan.used_mib) / 1024,
         )
+        host_pools = cache_pools.hicache_host_pools(settings, plan.model, tokens)
+        for line in host_pools.log_lines() if host_pools else []:
+            log.info("%s", line)
         self.load_seconds = elapsed
         return None
 
