@@ -101,8 +101,13 @@ def test_the_replayed_server_reports_the_recorded_pools(run: Replay) -> None:
     settings, model, tokens = simulated(run)
     real = B200.server_info["after"]["body"]
     keys = ("max_total_num_tokens", "hicache_size", "hicache_mem_layout", "max_mamba_cache_size",
-            "mamba_radix_cache_strategy", "speculative_num_draft_tokens", "speculative_eagle_topk")  # fmt: skip
+            "mamba_radix_cache_strategy", "speculative_num_draft_tokens", "speculative_eagle_topk",
+            "uses_mamba_radix_cache")  # fmt: skip
     assert {k: settings[k] for k in keys} == {k: real[k] for k in keys}
+    # The running requests the mamba cache allows (its 256 slots, 5 a request), as the scheduler reports them.
+    scheduler = ("effective_max_running_requests_per_dp", "max_running_requests")
+    simulated_state, real_state = settings["internal_states"][0], real["internal_states"][0]
+    assert {k: simulated_state[k] for k in scheduler} == {k: real_state[k] for k in scheduler}
     assert tokens == 65536 and model.architecture == "Qwen3_5ForConditionalGeneration"
 
 

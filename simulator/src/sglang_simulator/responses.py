@@ -9,7 +9,7 @@ import time
 import zlib
 from typing import Any
 
-from .cache_pools import mamba_cache_chunk_size
+from .cache_pools import gdn_shape, mamba_cache_chunk_size
 from .checks import Plan
 from .engine import Result
 from .facts import SGLANG_VERSION, release
@@ -157,6 +157,11 @@ def _always_resolved(plan: Plan) -> dict[str, Any]:
 def resolved_dict(plan: Plan) -> dict[str, Any]:
     out = dict(plan.settings)
     out["enable_dp_attention"] = int(out.get("attn_dp_size") or 1) > 1
+    # arg_groups/overrides.py:1462-1492 _mamba_radix_cache_resolution: a hybrid linear-attention model (the
+    # registry's Qwen3-Next / Qwen3.5 among them) with its radix cache on (recorded true on the tiny Qwen3.5).
+    out["uses_mamba_radix_cache"] = gdn_shape(plan.settings, plan.model) is not None and not out.get(
+        "disable_radix_cache"
+    )
     for key, value in _always_resolved(plan).items():
         if key in out and out[key] is None:
             out[key] = value
