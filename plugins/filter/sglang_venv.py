@@ -91,21 +91,24 @@ def sglang_venv_room_problems(
     other_needs: Sequence[Mapping[str, Any]] = (),
 ) -> list[str]:
     """Whether the host has room for what an install will write, before it writes anything: the venv
-    (`footprint.venv_bytes`) under `places.venv_root`, and the wheelhouse archive and its unpacked wheels
-    (`footprint.wheels_bytes` each, less what `found` shows is there already: `places.archive`, `places.unpacked`)
-    under `places.host_wheelhouse`; summed per filesystem (`free_space`'s `disk_device`) with what the same deploy
-    writes beside them (`other_needs`, the plan's `disk_needs`: the model's revision). A filesystem where those other
-    needs alone do not fit is their own role's problem, not reported again."""
+    (`footprint.venv_bytes`, unless `found` shows `places.venv` among `places.venvs`) under `places.venv_root`,
+    and the wheelhouse archive and its unpacked wheels (`footprint.wheels_bytes` each, less what `found` shows is
+    there already: `places.archive`, `places.unpacked`) under `places.host_wheelhouse`; summed per filesystem
+    (`free_space`'s `disk_device`) with what the same deploy writes beside them (`other_needs`, the plan's
+    `disk_needs`: the model's revision). A filesystem where those other needs alone do not fit is their own
+    role's problem, not reported again."""
     if not installs or not footprint:
         return []
     wheels = int(footprint["wheels_bytes"])
     wheelhouse = (0 if found.get(places["archive"]) else wheels) + (0 if found.get(places["unpacked"]) else wheels)
+    # An install that only brings the venv up to date (its checker, a package) writes no new venv.
+    venv = 0 if places["venv"] in (found.get(places["venvs"]) or []) else int(footprint["venv_bytes"])
     own: list[Mapping[str, Any]] = [
         {
             "variable": "sglang_venv_root",
             "what": f"the SGLang {version} venv",
             "path": places["venv_root"],
-            "bytes": int(footprint["venv_bytes"]),
+            "bytes": venv,
             **free_space[places["venv_root"]],
         },
         {

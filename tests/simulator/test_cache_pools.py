@@ -29,6 +29,7 @@ from sglang_simulator.cache_pools import (
 )
 from sglang_simulator.checks import Plan
 from sglang_simulator.engine import Engine
+from sglang_simulator.errors import StartupError
 from sglang_simulator.model import load_model
 
 from .simkit import Env, make_model
@@ -210,6 +211,14 @@ def test_the_mamba_cache_caps_max_running_requests(sim_env: Env, tiny: Path) -> 
     )
     roomy = resolve_max_num_reqs({**plan.settings, "max_running_requests": 40}, plan.model, 65536)
     assert (roomy.max_running_requests, roomy.capped_by_mamba, roomy.warning()) == (40, False, None)
+
+
+def test_a_mamba_cache_too_small_for_one_request_fails_the_start(sim_env: Env, tiny: Path) -> None:
+    with pytest.raises(
+        StartupError, match=r"^RuntimeError: Hybrid \(mamba/linear-attention\) state cache is too small"
+    ) as error:
+        _b200(sim_env, tiny, "--max-mamba-cache-size", "4")  # 5 state slots a request
+    assert "max_mamba_cache_size=4, mamba_ratio=5, resulting max_num_reqs=0." in str(error.value)
 
 
 def test_the_device_pools_of_a_hybrid_model(sim_env: Env, tiny: Path) -> None:

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FOOTPRINT = {"wheels_bytes": 4 * GIB, "venv_bytes": 11 * GIB}
 PLACES = {
     "venv_root": "/opt/sglang",
+    "venv": "/opt/sglang/sglang-0.5.23",
+    "venvs": "/opt/sglang/sglang-*",
     "host_wheelhouse": "/var/cache/sglang-fleet/wheelhouse",
     "archive": "/var/cache/sglang-fleet/wheelhouse/sglang-0.5.23.tar",
     "unpacked": "/var/cache/sglang-fleet/wheelhouse/sglang-0.5.23/.unpacked-*",
@@ -134,3 +136,10 @@ def test_the_lookup_reads_the_control_nodes_filesystem(tmp_path: Path) -> None:
 def test_a_small_part_reads_in_mib_not_as_nothing() -> None:
     (line,) = problems(space(19), model=[{**model_need(0, 1, 19), "bytes": 578868}])
     assert "the model's revision (11 file(s) to send) 0.6 MiB under" in line
+
+
+def test_a_venv_already_there_is_not_counted_again() -> None:
+    """An install that only updates the venv (its checker, one package) writes the wheelhouse, not a new venv."""
+    there = {PLACES["venvs"]: ["/opt/sglang/sglang-0.5.17", PLACES["venv"]]}
+    assert problems(space(8.5), found=there) == []
+    assert problems(space(8.5), found={PLACES["venvs"]: ["/opt/sglang/sglang-0.5.17"]}) != []

@@ -197,6 +197,22 @@ class Resolved:
     memory: MemoryPlan
 
 
+def mamba_cache_error(settings: Mapping[str, Any], model: ModelInfo, tokens: int) -> StartupError | None:
+    """A mamba cache the flags size too small for one request (kv_cache_configurator.py:1753-1763), which real
+    SGLang refuses where it sizes the KV cache."""
+    if not mamba_cache_size_given(settings):
+        return None
+    cap = resolve_max_num_reqs(settings, model, tokens)
+    if cap.mamba_cache_size is None or cap.max_running_requests > 0:
+        return None
+    return StartupError(
+        "RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+        f"max_mamba_cache_size={cap.mamba_cache_size}, mamba_ratio={cap.slots_per_request}, resulting "
+        f"max_num_reqs={cap.max_running_requests}. Try: (1) reduce --max-running-requests, (2) increase "
+        "--mem-fraction-static, or (3) use GPUs with more memory."
+    )
+
+
 def mamba_capped(settings: Mapping[str, Any], model: ModelInfo, tokens: int, requests: int) -> int:
     """The running requests of a hybrid gated-delta-net model are capped by its mamba state slots
     (cache_pools.resolve_max_num_reqs: kv_cache_configurator.py:1738-1750; recorded as 51 in
@@ -290,5 +306,6 @@ def place_launch(
         accept_length=accept,
         world_size=len(gpus),
         process_name="sglang::scheduler" + ("_TP0" if tp > 1 else ""),
-        memory_error=memory_error(settings, weights_mib, free_mib, memory.mem_fraction_static),
+        memory_error=memory_error(settings, weights_mib, free_mib, memory.mem_fraction_static)
+        or mamba_cache_error(settings, model, max(1, tokens)),
     )
