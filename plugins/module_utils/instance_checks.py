@@ -331,8 +331,9 @@ def model_room_need(settings: Mapping[str, Any], on_host: Mapping[str, Any]) -> 
     }
 
 
-def model_source_problems(problems: HostProblems, settings: Mapping[str, Any], on_host: Mapping[str, Any]) -> None:
-    """Both ways of naming the model set; for a fetched model, the room its missing files need where they go."""
+def model_source_problems(problems: HostProblems, settings: Mapping[str, Any], need: Mapping[str, Any] | None) -> None:
+    """Both ways of naming the model set; for a fetched model, the room its missing files need where they go
+    (`need`: model_room_need's)."""
     if settings.get("model_path_given") and settings.get("model_sourced"):
         problems.add(
             "host",
@@ -341,7 +342,6 @@ def model_source_problems(problems: HostProblems, settings: Mapping[str, Any], o
             "set together with sglang_model, which derives the model directory itself",
             "remove sglang_model_path (or sglang_model, to keep managing the files by hand)",
         )
-    need = model_room_need(settings, on_host)
     free = need and need["disk_free_bytes"]
     if need and isinstance(free, int) and need["bytes"] > free:
         problems.add(

@@ -84,7 +84,10 @@ def plan_host(
         # preflight names its own variables).
         return {"instances": [], "problems": problems.lines}
     model = checked_model(settings, facts.get("model") or {})
-    model_source_problems(problems, settings, facts.get("model") or {})
+    # What the deploy will write on the host's filesystems: checked here alone, and published for the install's
+    # room check (role sglang_venv), which sums what goes to one filesystem.
+    need = model_room_need(settings, facts.get("model") or {})
+    model_source_problems(problems, settings, need)
     gpu_ids = [int(gpu) for gpu in settings["gpu_ids"]] if settings["gpu_ids"] else detected
     instances = derive_instances(problems, settings, gpu_ids, facts.get("gpus") or [], support)
     value_problems(problems, support, instances, model)
@@ -97,9 +100,6 @@ def plan_host(
     model_access_problems(problems, settings, model)
     memory_problems(problems, settings, {**facts, "model": model}, instances, weight_bytes)
     gpu_and_port_problems(problems, settings, facts, instances)
-    # What the deploy will write on the host's filesystems, for the install's room check (role sglang_venv), which sums
-    # what goes to one filesystem.
-    need = model_room_need(settings, facts.get("model") or {})
     return {
         "instances": instances,
         "problems": problems.lines,
