@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .cache_pools import mamba_cache_size_given, resolve_max_num_reqs
+from .cache_pools import RequestCap, mamba_cache_size_given, resolve_max_num_reqs
 from .draft import accept_length_for, draft_from_target
 from .errors import StartupError
 from .facts import Facts
@@ -49,6 +49,7 @@ class Plan:
     used_mib: int
     max_total_num_tokens: int
     max_running_requests: int
+    mamba_cap: RequestCap | None  # the mamba cache's cap on them, where the flags size that cache
     context_length: int
     speculative_algorithm: str | None
     accept_length: float | None
@@ -197,13 +198,21 @@ class Resolved:
     memory: MemoryPlan
 
 
-def mamba_cache_error(settings: Mapping[str, Any], model: ModelInfo, tokens: int) -> StartupError | None:
-    """A mamba cache the flags size too small for one request (kv_cache_configurator.py:1753-1763), which real
-    SGLang refuses where it sizes the KV cache."""
+def mamba_cap(settings: Mapping[str, Any], model: ModelInfo, tokens: int) -> RequestCap | None:
+    """The running requests a hybrid gated-delta-net model's mamba state slots allow
+    (cache_pools.resolve_max_num_reqs: kv_cache_configurator.py:1738-1750; recorded as 51 in
+    tests/recordings/sglang-0.5.17-h200-tiny-qwen3.5/b200), where the flags size that cache; None for other
+    models, and for a cache SGLang sizes from memory."""
     if not mamba_cache_size_given(settings):
         return None
     cap = resolve_max_num_reqs(settings, model, tokens)
-    if cap.mamba_cache_size is None or cap.max_running_requests > 0:
+    return cap if cap.mamba_cache_size is not None else None
+
+
+def mamba_cache_error(cap: RequestCap | None) -> StartupError | None:
+    """A mamba cache the flags size too small for one request (kv_cache_configurator.py:1753-1763), which real
+    SGLang refuses where it sizes the KV cache."""
+    if cap is None or cap.max_running_requests > 0:
         return None
     return StartupError(
         "RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
@@ -211,17 +220,6 @@ def mamba_cache_error(settings: Mapping[str, Any], model: ModelInfo, tokens: int
         f"max_num_reqs={cap.max_running_requests}. Try: (1) reduce --max-running-requests, (2) increase "
         "--mem-fraction-static, or (3) use GPUs with more memory."
     )
-
-
-def mamba_capped(settings: Mapping[str, Any], model: ModelInfo, tokens: int, requests: int) -> int:
-    """The running requests of a hybrid gated-delta-net model are capped by its mamba state slots
-    (cache_pools.resolve_max_num_reqs: kv_cache_configurator.py:1738-1750; recorded as 51 in
-    tests/recordings/sglang-0.5.17-h200-tiny-qwen3.5/b200), where the flags size that cache; other models, and
-    a cache sized from memory, keep ``requests``."""
-    if not mamba_cache_size_given(settings):
-        return requests
-    cap = resolve_max_num_reqs(settings, model, tokens)
-    return min(requests, cap.max_running_requests) if cap.capped_by_mamba else requests
 
 
 def resolve_launch(parsed: Mapping[str, Any], knobs: Knobs, facts: Facts, log: LogAdapter) -> Resolved:
@@ -287,6 +285,8 @@ def place_launch(
         draft_tokens = settings.get("speculative_num_draft_tokens")
         if draft_tokens:
             accept = min(accept, float(draft_tokens))
+    requests = int(mrr) if mrr else max(1, min(tokens // 2, 4096))
+    cap = mamba_cap(settings, model, max(1, tokens))
     return Plan(
         settings=settings,
         model=model,
@@ -298,14 +298,15 @@ def place_launch(
         weights_per_gpu_mib=weights_mib,
         used_mib=int(min(free_mib, free_mib * memory.mem_fraction_static + 1024)),
         max_total_num_tokens=max(1, tokens),
-        max_running_requests=mamba_capped(
-            settings, model, max(1, tokens), int(mrr) if mrr else max(1, min(tokens // 2, 4096))
-        ),
+        max_running_requests=min(requests, cap.max_running_requests)
+        if cap and cap.capped_by_mamba
+        else requests,
+        mamba_cap=cap,
         context_length=int(settings.get("context_length") or model.context_length),
         speculative_algorithm=algorithm,
         accept_length=accept,
         world_size=len(gpus),
         process_name="sglang::scheduler" + ("_TP0" if tp > 1 else ""),
         memory_error=memory_error(settings, weights_mib, free_mib, memory.mem_fraction_static)
-        or mamba_cache_error(settings, model, max(1, tokens)),
+        or mamba_cache_error(cap),
     )

@@ -309,7 +309,7 @@ class Launch:
             # A hybrid gated-delta-net model: the mamba state pool first (and the request cap it sets), then
             # the target's and the draft's KV pools (recorded in
             # tests/recordings/sglang-0.5.17-h200-tiny-qwen3.5/b200).
-            warning = cache_pools.resolve_max_num_reqs(settings, plan.model, tokens).warning()
+            warning = plan.mamba_cap.warning() if plan.mamba_cap else None
             if warning:
                 log.warning("%s", warning)
             mamba = cache_pools.mamba_pool_sizes(settings, plan.model, tokens)
