@@ -169,12 +169,18 @@ LOAD_CLIENT = Path(__file__).resolve().parent / "integration/load_client.py"
 
 
 @contextlib.contextmanager
-def load_through_router(router: str = "http://127.0.0.1:30100", clients: int = 4, host: str = "b200") -> Iterator[dict[str, Any]]:
-    """Bounded load through a host's router while the block runs (tests/integration/load_client.py, inside the
-    host); afterwards the dict holds its report: requests, failed, errors, fewest and most workers in rotation."""
+def load_through_router(
+    router: str = "http://127.0.0.1:30100",
+    clients: int = 4,
+    host: str = "b200",
+    keys_file: str = "/etc/sglang-fleet/secrets/router.json",
+) -> Iterator[dict[str, Any]]:
+    """Bounded load through a host's router (or the fleet gateway, with its keys file) while the block runs
+    (tests/integration/load_client.py, inside the host); afterwards the dict holds its report: requests, failed,
+    errors, fewest and most workers in rotation."""
     on_host(host, "rm", "-f", "/tmp/stop-load")
     load = subprocess.Popen(
-        ["docker", "exec", "-i", host, "python3", "-", router, "900", str(clients)],
+        ["docker", "exec", "-i", host, "python3", "-", router, "900", str(clients), keys_file],
         stdin=LOAD_CLIENT.open("rb"),
         stdout=subprocess.PIPE,
         text=True,

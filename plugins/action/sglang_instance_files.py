@@ -23,10 +23,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     """Arguments: `instances`; `templates`, each {src, file, owner, group, mode, private} (a private file may hold
     secrets: never logged, never in a diff), rendered once per instance to the path its planned `files` give under
     `file` (unit, environment, secret; an instance without that file, e.g. a key file without a key, gets none);
-    `files`, each {src, dest, owner, group, mode, template, private}, a file of the role's files/ copied as it is (or
-    of templates/, rendered, with `template`), or {content, dest, ...} with the content given (`private` as for
-    templates); `loop_var` (the name the templates know the instance by, default sglang_server_instance); `read`, what
-    to read on the host in the same call (the module's option)."""
+    `files`, each {src, dest, owner, group, mode, template, vars, private}, a file of the role's files/ copied as it
+    is (or of templates/, rendered, with `template`, and `vars`, variables of that file alone), or {content, dest,
+    ...} with the content given (`private` as for templates); `loop_var` (the name the templates know the instance
+    by, default sglang_server_instance); `read`, what to read on the host in the same call (the module's option)."""
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read"))
@@ -81,7 +81,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 else:
                     source = self._find_needle("templates" if single.get("template") else "files", single["src"])
                     content = (
-                        self.render(single["src"], source, single["dest"], task_vars, {})
+                        self.render(single["src"], source, single["dest"], task_vars, dict(single.get("vars") or {}))
                         if single.get("template")
                         else self._loader.get_text_file_contents(source)
                     )

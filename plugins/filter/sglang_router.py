@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
+from ansible_collections.sglang.fleet.plugins.filter.sglang_model import sglang_model_name
 from ansible_collections.sglang.fleet.plugins.module_utils.flags import render_flag
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import is_loopback
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
@@ -25,34 +28,36 @@ def sglang_router_problems(
     listening: list[dict[str, Any]],
     bind: str = "127.0.0.1",
     has_api_key: bool = False,
+    kind: str = "router",
+    taken_ports: Mapping[int, str] | None = None,
 ) -> list[str]:
-    """The router's ports must not be an instance's, nor taken by another program; beyond loopback it needs a key."""
+    """The ports of a router (`kind` router or gateway, whose variables are sglang_<kind>_*) must not be an instance's,
+    another router's (`taken_ports`), nor taken by another program; beyond loopback it needs a key."""
     problems = []
     if not is_loopback(bind) and not has_api_key:
         problems.append(
             problem_line(
                 host,
-                "router",
-                "sglang_router_host",
+                kind,
+                f"sglang_{kind}_host",
                 bind,
-                "a router reachable beyond this host needs an API key",
+                f"a {kind} reachable beyond this host needs an API key",
                 "set sglang_api_key (from ansible-vault) or keep 127.0.0.1",
             )
         )
     taken = {instance["port"]: instance["name"] for instance in instances}
     taken.update({instance["nccl_port"]: f"{instance['name']}'s NCCL port" for instance in instances})
+    taken.update(taken_ports or {})
     owners = {entry["port"]: entry for entry in listening}
-    for variable, value in (("sglang_router_port", port), ("sglang_router_prometheus_port", prometheus_port)):
+    for variable, value in ((f"sglang_{kind}_port", port), (f"sglang_{kind}_prometheus_port", prometheus_port)):
         if value in taken:
-            problems.append(
-                problem_line(host, "router", variable, value, f"port {value} is {taken[value]}", "choose a free port")
-            )
+            problems.append(problem_line(host, kind, variable, value, f"port {value} is {taken[value]}", "choose a free port"))
         owner = owners.get(value)
-        if owner and owner.get("unit") != "sglang-router.service":
+        if owner and owner.get("unit") != f"sglang-{kind}.service":
             problems.append(
                 problem_line(
                     host,
-                    "router",
+                    kind,
                     variable,
                     value,
                     f"port {value} is taken by PID {owner.get('pid')} ({owner.get('name', '?')})",
@@ -61,9 +66,171 @@ def sglang_router_problems(
             )
     if port == prometheus_port:
         problems.append(
-            problem_line(host, "router", "sglang_router_prometheus_port", port, "same as sglang_router_port", "use two ports")
+            problem_line(host, kind, f"sglang_{kind}_prometheus_port", port, f"same as sglang_{kind}_port", "use two ports")
         )
     return problems
+
+
+def _url_host(url: str) -> str:
+    return urlsplit(url).hostname or ""
+
+
+def sglang_gateway_members(hostvars: Mapping[str, Any], hosts: Sequence[str], gateway: str) -> dict[str, Any]:
+    """The workers of the fleet gateway on host `gateway`: every planned instance of `hosts` (the run's server hosts),
+    by the URL the gateway reaches it at (its own instances' `url`, other hosts' `remote_url`), the model each serves
+    (`models`, by URL), and the URL hosts whose registered workers the gateway may drop when no longer planned
+    (`managed`: a worker of a host outside this run is left as it is)."""
+    workers: list[str] = []
+    models: dict[str, str] = {}
+    managed: set[str] = set()
+    for host in hosts:
+        for instance in hostvars[host].get("sglang_instances") or []:
+            url = instance["url"] if host == gateway else instance.get("remote_url") or ""
+            if url:
+                workers.append(url)
+                models[url] = str(instance.get("served_model_name") or "")
+                managed.add(_url_host(url))
+    return {"workers": workers, "models": models, "managed": sorted(managed)}
+
+
+def sglang_fleet_models(hostvars: Mapping[str, Any], hosts: Sequence[str]) -> list[str]:
+    """The model names the inventory has `hosts` serve (sglang_served_model_name, else the sglang_model's name, else
+    the sglang_model_path directory's name, as the plan names them), read from the inventory alone: the same for a
+    run limited to some hosts. A gateway in front of more than one routes by model name."""
+    names = set()
+    for host in hosts:
+        variables = hostvars[host]
+        model_path = str(variables.get("sglang_model_path") or "")
+        names.add(
+            str(variables.get("sglang_served_model_name") or "")
+            or sglang_model_name(variables.get("sglang_model") or {})
+            or model_path.rstrip("/").rsplit("/", 1)[-1]
+        )
+    return sorted(names - {""})
+
+
+def sglang_gateway_problems(
+    host: str,
+    gateways: Sequence[str],
+    hostvars: Mapping[str, Any],
+    server_hosts: Sequence[str],
+    run_hosts: Sequence[str],
+    instances: Sequence[Mapping[str, Any]],
+    listen_host: str,
+    api_key_digest: str,
+) -> list[str]:
+    """What keeps the fleet gateways (`gateways`, inventory hosts) from routing to this host's instances, or this
+    host's rollouts from draining them there: a gateway that is not a server host or not in this run, this host's
+    servers on loopback or with another key than the gateway's, a gateway that binds loopback only."""
+    found: list[tuple[str, str, Any, str, str]] = []  # where, variable, value, cause, fix
+    for gateway in gateways:
+        where = f"gateway {gateway}"
+        published = hostvars[gateway].get("sglang_gateway") if gateway in run_hosts else None
+        if gateway not in server_hosts:
+            found.append(
+                (
+                    where,
+                    "sglang_gateway_hosts",
+                    gateway,
+                    "names no host of the group sglang_servers (a gateway runs in the SGLang venv of a server host)",
+                    "name a host of sglang_servers",
+                )
+            )
+        elif not published:
+            found.append(
+                (
+                    where,
+                    "sglang_gateway_hosts",
+                    gateway,
+                    "the gateway routes to this host's instances but is not in this run (--limit): a rollout here could "
+                    "not take them out of its rotation",
+                    f"add {gateway} to --limit",
+                )
+            )
+        elif gateway != host and instances:
+            if not instances[0].get("remote_url"):
+                found.append(
+                    (
+                        "host",
+                        "sglang_listen_host",
+                        listen_host,
+                        f"the gateway on {gateway} routes to this host's instances but cannot reach them on loopback",
+                        "set sglang_listen_host: 0.0.0.0 (or this host's address) with sglang_api_key",
+                    )
+                )
+            if published.get("api_key_digest") != api_key_digest:
+                found.append(
+                    (
+                        "host",
+                        "sglang_api_key",
+                        "(not shown)",
+                        f"differs from the key of the gateway on {gateway}, which sends its key to every worker",
+                        "use one sglang_api_key for the gateway and the hosts it routes to",
+                    )
+                )
+            if not published.get("remote_url"):
+                found.append(
+                    (
+                        where,
+                        "sglang_gateway_host",
+                        published.get("bind"),
+                        "the gateway listens on loopback only: this host's rollouts cannot take their workers out of it",
+                        f"set sglang_gateway_host: 0.0.0.0 on {gateway} (with sglang_api_key)",
+                    )
+                )
+    return [problem_line(host, *problem) for problem in found]
+
+
+def sglang_gateway_routes(hostvars: Mapping[str, Any], host: str, gateways: Sequence[str]) -> list[dict[str, str]]:
+    """The fleet gateways a rollout on `host` drains its instances from (sglang_rollout's `gateways`): each as this host
+    reaches it, with its admin key, its keys file on its own host, and the instance URL it knows workers by."""
+    routes = []
+    for gateway in gateways:
+        published = hostvars[gateway].get("sglang_gateway") or {}
+        local = gateway == host
+        url = published.get("url") if local else published.get("remote_url")
+        if url:
+            routes.append(
+                {
+                    "url": url,
+                    "admin_key": published.get("admin_key") or "",
+                    "keys_file": (published.get("keys_file") or "") if local else "",
+                    "worker_url": "url" if local else "remote_url",
+                }
+            )
+    return routes
+
+
+def sglang_router_process_files(
+    processes: Sequence[Mapping[str, Any]], api_key: str, admin_keys: Mapping[str, str], service: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Each router process's unit (the role's template, rendered with the process as `sglang_router_process`) and keys
+    file (the clients' key and the admin key of its kind, `admin_keys`; private: never logged, never in a diff), as
+    sglang_instance_files takes them."""
+    files: list[dict[str, Any]] = []
+    for process in processes:
+        files.append(
+            {
+                "src": "sglang-router.service.j2",
+                "template": True,
+                "vars": {"sglang_router_process": dict(process)},
+                "dest": f"/etc/systemd/system/{process['unit']}",
+                "owner": "root",
+                "group": "root",
+                "mode": "0644",
+            }
+        )
+        files.append(
+            {
+                "content": json.dumps({"api_key": api_key, "admin_key": admin_keys.get(process["kind"]) or ""}) + "\n",
+                "private": True,
+                "dest": process["keys_file"],
+                "owner": service["user"],
+                "group": service["group"],
+                "mode": "0600",
+            }
+        )
+    return files
 
 
 class FilterModule:
@@ -73,4 +240,9 @@ class FilterModule:
         return {
             "sglang_router_flags": sglang_router_flags,
             "sglang_router_problems": sglang_router_problems,
+            "sglang_gateway_members": sglang_gateway_members,
+            "sglang_gateway_problems": sglang_gateway_problems,
+            "sglang_gateway_routes": sglang_gateway_routes,
+            "sglang_fleet_models": sglang_fleet_models,
+            "sglang_router_process_files": sglang_router_process_files,
         }

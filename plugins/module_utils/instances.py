@@ -7,7 +7,7 @@ from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.flags import render_flag
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
-from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, is_loopback
+from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, is_loopback, remote_url
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
 from ansible_collections.sglang.fleet.plugins.module_utils.server_settings import (
     check_environment,
@@ -174,6 +174,8 @@ def derive_instances(
                 "gpu_ids": gpus,
                 "gpu_uuids": [uuids[gpu] for gpu in gpus if gpu in uuids],
                 "url": f"http://{connect_host(listen_host)}:{port}",
+                # How a gateway on another host reaches it ("" on loopback).
+                "remote_url": remote_url(listen_host, str(settings.get("advertise_host") or settings["host"]), port),
                 "model_path": model_path,
                 "served_model_name": served_name,
                 "tensor_parallel_size": tensor,

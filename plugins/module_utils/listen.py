@@ -13,3 +13,12 @@ def connect_host(listen_host: str) -> str:
 
 def is_loopback(listen_host: str) -> bool:
     return listen_host in LOOPBACK
+
+
+def remote_url(listen_host: str, advertise_host: str, port: int) -> str:
+    """The URL other hosts (a fleet gateway) reach a server at: its own bind address when it names one, the host's
+    advertised address when it binds every address, "" when it listens on loopback (no other host can reach it)."""
+    if is_loopback(listen_host):
+        return ""
+    host = advertise_host if listen_host in ("0.0.0.0", "::", "") else listen_host
+    return f"http://{host}:{port}"

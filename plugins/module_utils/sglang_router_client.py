@@ -151,6 +151,7 @@ def add_worker(
     api_key: str = "",
     worker_api_key: str = "",
     replace: bool = False,
+    model_id: str = "",
     interval: float = 0.5,
     http_timeout: float = 10.0,
     clock: Callable[[], float] = time.monotonic,
@@ -173,6 +174,9 @@ def add_worker(
     payload: dict[str, Any] = {"url": url}
     if worker_api_key:
         payload["api_key"] = worker_api_key
+    if model_id:
+        # The model the worker serves, as clients name it: what the router's multi-model mode routes by.
+        payload["model_id"] = model_id
     body = _expect(*request(router_url, "POST", "/workers", payload, api_key, http_timeout), 202, f"POST /workers ({url})")
     worker_id = str(body.get("worker_id", "")) if isinstance(body, dict) else ""
 

@@ -22,9 +22,9 @@ DOCUMENTATION = r"""
 module: sglang_rollout
 short_description: Restarts SGLang instances in batches, verifies each, and rolls a failed one back
 description:
-  - For each batch of instances (in order), takes them out of the host's router (when given), restarts
-    their units, waits for C(/health_generate), then verifies each, puts them back into the router, and
-    goes on to the next batch.
+  - For each batch of instances (in order), takes them out of every router that routes to them (the host's router and
+    the fleet's gateways, when given), restarts their units, waits for C(/health_generate), then verifies each, puts
+    them back into those routers, and goes on to the next batch.
   - Verification reads C(/server_info) (the speculative algorithm and settings SGLang resolved; NEXTN is
     reported as EAGLE), sends one probe generation that must return tokens, and, with speculative decoding
     on, requires C(avg_spec_accept_length) above a minimum.
@@ -64,6 +64,14 @@ options:
       tried before C(router_admin_key).
     type: path
     default: ""
+  gateways:
+    description: >-
+      The fleet gateways that route to these instances, each C({url, admin_key, keys_file, worker_url}) - the gateway's
+      URL as this host reaches it, its admin key (never logged), its keys file when it runs on this host (else empty),
+      and which of an instance's URLs it knows the worker by (C(url) on its own host, C(remote_url) on another).
+    type: list
+    elements: dict
+    default: []
   drain_timeout:
     description: Seconds to wait, after taking an instance out of the router, for its running requests to finish.
     type: float
@@ -140,7 +148,7 @@ class Host:
     get_json: Callable[..., Any] = http_json
     journal: Callable[..., str] = journal_tail
     now: Callable[[], float] = time.time
-    router: Any = None
+    routers: list[Any] = field(default_factory=list)
     running: Callable[[str], float | None] = running_requests
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
@@ -246,8 +254,7 @@ def roll_back(host: Host, instance: dict[str, Any], params: dict[str, Any]) -> s
         return "no verified configuration to restore (the instance never passed verification); it is left as it is"
     try:
         start_and_check(host, [instance], params)
-        if host.router:
-            host.router.add(instance["url"])
+        rejoin_routers(host, instance)
     except Exception as error:
         return f"restored {', '.join(restored)} but it did not come back: {error}"
     return f"restored {', '.join(restored)}; the previous configuration is serving again"
@@ -264,15 +271,14 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
         try:
             for instance in batch:
                 current = instance
-                leave_router(host, instance, params["drain_timeout"])
+                leave_routers(host, instance, params["drain_timeout"])
             current = batch[0]
             ready = start_and_check(host, batch, params)
             noticed_at = host.now()
             for instance in batch:
                 current = instance
                 summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
-                if host.router:
-                    host.router.add(instance["url"])
+                rejoin_routers(host, instance)
                 save_last_good(instance)
                 done[instance["name"]] = {
                     "ready_seconds": ready.get(instance["unit"]),
@@ -301,32 +307,43 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
 
 
 def stop(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) -> list[str]:
-    """Takes each instance out of the router, lets it finish its requests, and stops its unit."""
+    """Takes each instance out of every router, lets it finish its requests, and stops its unit."""
     stopped = []
     for instance in instances:
-        leave_router(host, instance, params["drain_timeout"])
+        leave_routers(host, instance, params["drain_timeout"])
         host.systemctl("stop", instance["unit"])
         stopped.append(instance["name"])
     return stopped
 
 
 class Router:
-    """The host's sglang-router: workers leave rotation before a restart and rejoin after verification.
+    """A sglang-router (the host's, or a fleet gateway): workers leave rotation before a restart and rejoin after
+    verification.
 
     `api_key` is the key the running router accepts on /workers (its admin key); `worker_api_key` the key the workers
     now expect (the client key, `sglang_api_key`, which may have changed in this run: the router is restarted with it
-    after its workers).
+    after its workers); `worker_url` the instance's URL the router knows the worker by (`url`, or `remote_url` for a
+    gateway on another host).
     """
 
-    def __init__(self, url: str, api_key: str = "", worker_api_key: str = "", timeout: float = 120.0) -> None:
+    def __init__(
+        self, url: str, api_key: str = "", worker_api_key: str = "", timeout: float = 120.0, worker_url: str = "url"
+    ) -> None:
         self.url, self.api_key, self.worker_api_key, self.timeout = url, api_key, worker_api_key, timeout
+        self.worker_url = worker_url
 
     def remove(self, worker_url: str) -> None:
         sglang_router_client.remove_worker(self.url, worker_url, timeout=30, api_key=self.api_key)
 
-    def add(self, worker_url: str) -> None:
+    def add(self, worker_url: str, model_id: str = "") -> None:
         sglang_router_client.add_worker(
-            self.url, worker_url, timeout=self.timeout, api_key=self.api_key, worker_api_key=self.worker_api_key, replace=True
+            self.url,
+            worker_url,
+            timeout=self.timeout,
+            api_key=self.api_key,
+            worker_api_key=self.worker_api_key,
+            replace=True,
+            model_id=model_id,
         )
 
 
@@ -374,7 +391,7 @@ def router_keys(keys_file: str, admin_key: str, api_key: str = "") -> list[str]:
     return keys or [""]
 
 
-def router_for(url: str, control_keys: list[str], worker_api_key: str = "") -> Router | None:
+def router_for(url: str, control_keys: list[str], worker_api_key: str = "", worker_url: str = "url") -> Router | None:
     """The router at `url`, managed with the first of `control_keys` it accepts on /workers; None when nothing
     answers there (not deployed yet: nothing to take out of rotation).
 
@@ -392,7 +409,7 @@ def router_for(url: str, control_keys: list[str], worker_api_key: str = "") -> R
             if error.status is not None:
                 raise RolloutError(f"the router at {url} answered HTTP {error.status}: {error}") from error
             return None
-        return Router(url, key, worker_api_key)
+        return Router(url, key, worker_api_key, worker_url=worker_url)
     raise RolloutError(
         f"the router at {url} refuses the fleet's admin key on /workers (HTTP {refused}); it would keep routing to "
         "workers that restart: check sglang_router_admin_key against the key the running router was started with "
@@ -401,11 +418,18 @@ def router_for(url: str, control_keys: list[str], worker_api_key: str = "") -> R
     )
 
 
-def leave_router(host: Host, instance: dict[str, Any], timeout: float) -> None:
-    """Takes the instance out of the host's router (when there is one) and lets it finish its requests."""
-    if host.router:
-        host.router.remove(instance["url"])
+def leave_routers(host: Host, instance: dict[str, Any], timeout: float) -> None:
+    """Takes the instance out of every router that routes to it (when there is one) and lets it finish its requests."""
+    for router in host.routers:
+        router.remove(instance[router.worker_url])
+    if host.routers:
         drain(host, instance, timeout)
+
+
+def rejoin_routers(host: Host, instance: dict[str, Any]) -> None:
+    """Puts a verified instance back into every router that routes to it."""
+    for router in host.routers:
+        router.add(instance[router.worker_url], instance.get("served_model_name") or "")
 
 
 def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:
@@ -429,6 +453,17 @@ def main() -> None:
             "router_url": {"type": "str", "default": ""},
             "router_admin_key": {"type": "str", "default": "", "no_log": True},
             "router_keys_file": {"type": "path", "default": ""},
+            "gateways": {
+                "type": "list",
+                "elements": "dict",
+                "default": [],
+                "options": {
+                    "url": {"type": "str", "required": True},
+                    "admin_key": {"type": "str", "default": "", "no_log": True},
+                    "keys_file": {"type": "str", "default": ""},
+                    "worker_url": {"type": "str", "default": "url", "choices": ["url", "remote_url"]},
+                },
+            },
             "drain_timeout": {"type": "float", "default": 60.0},
             "timeout": {"type": "int", "default": 900},
             "interval": {"type": "float", "default": 2.0},
@@ -445,19 +480,21 @@ def main() -> None:
         if params["stop"]:
             module.exit_json(changed=bool(names), stopped=[], would_stop=names)
         module.exit_json(changed=bool(names), restarted={}, would_restart=names)
+    wanted = [{"url": params["router_url"], "admin_key": params["router_admin_key"], "keys_file": params["router_keys_file"]}]
     try:
-        router = (
+        routers = [
             router_for(
-                params["router_url"],
-                router_keys(params["router_keys_file"], params["router_admin_key"], params["api_key"]),
+                str(spec["url"]),
+                router_keys(str(spec.get("keys_file") or ""), str(spec.get("admin_key") or ""), params["api_key"]),
                 params["api_key"],
+                str(spec.get("worker_url") or "url"),
             )
-            if params["router_url"]
-            else None
-        )
+            for spec in [*wanted, *params["gateways"]]
+            if spec.get("url")
+        ]
     except RolloutError as error:
         module.fail_json(msg=f"Rollout not started: {error}", changed=False, restarted={}, not_attempted=names)
-    host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), router=router)
+    host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), routers=[r for r in routers if r])
     if params["stop"]:
         module.exit_json(changed=True, stopped=stop(host, params["instances"], params))
     result = rollout(host, params["instances"], params)

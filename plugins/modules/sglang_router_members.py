@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
 
@@ -17,7 +18,7 @@ description:
   - Lists the router's workers (C(GET /workers)) and compares them with I(workers).
   - A planned worker the router does not list, or lists as unhealthy, is registered (again) when the worker itself
     is ready (its I(ready_path) answers 200); one that is not ready is left out and named in C(skipped).
-  - A listed worker that is not planned any more is removed.
+  - A listed worker that is not planned any more is removed (with I(managed_hosts), only one of those hosts).
   - Changes nothing when the two agree; check mode reports what would change.
 options:
   router_url:
@@ -29,6 +30,18 @@ options:
     type: list
     elements: str
     required: true
+  models:
+    description:
+      - The model each planned worker serves, by URL (its served model name), registered with it as its C(model_id);
+        a listed worker registered with another model is registered again.
+    type: dict
+    default: {}
+  managed_hosts:
+    description:
+      - The URL hosts whose workers this run manages (a fleet gateway - the hosts of the run); a listed worker of
+        another host is left as it is. Omitted - every listed worker is managed.
+    type: list
+    elements: str
   api_key:
     description: The key the router accepts on C(/workers) (Bearer token); empty for none.
     type: str
@@ -90,15 +103,21 @@ def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) 
 
 
 def plan_changes(
-    listed: Sequence[dict[str, Any]], planned: Sequence[str], ready: Callable[[str], str | None]
+    listed: Sequence[dict[str, Any]],
+    planned: Sequence[str],
+    ready: Callable[[str], str | None],
+    managed_hosts: Sequence[str] | None = None,
+    models: Mapping[str, str] | None = None,
 ) -> dict[str, list[Any]]:
-    """What to do: {"add": planned URLs to register, "remove": unplanned URLs, "skipped": [{url, reason}]}."""
+    """What to do: {"add": planned URLs to register, "remove": unplanned URLs (of `managed_hosts` when given),
+    "skipped": [{url, reason}]}."""
     wanted = [sglang_router_client.normalize_url(url) for url in planned]
     by_url = {str(worker.get("url", "")).rstrip("/"): worker for worker in listed}
     add, skipped = [], []
     for url in dict.fromkeys(wanted):
         worker = by_url.get(url)
-        if worker is not None and worker.get("is_healthy") is True:
+        model = (models or {}).get(url)
+        if worker is not None and worker.get("is_healthy") is True and (not model or worker.get("model_id") == model):
             continue
         why = ready(url)
         if why is None:
@@ -106,7 +125,9 @@ def plan_changes(
         else:
             state = "not listed" if worker is None else "listed as unhealthy"
             skipped.append({"url": url, "reason": f"{state} by the router, and not ready itself ({why})"})
-    remove = sorted(url for url in by_url if url not in wanted)
+    remove = sorted(
+        url for url in by_url if url not in wanted and (managed_hosts is None or urlsplit(url).hostname in managed_hosts)
+    )
     return {"add": add, "remove": remove, "skipped": skipped}
 
 
@@ -119,17 +140,28 @@ def reconcile(
     timeout: float = 120.0,
     check_mode: bool = False,
     ready: Callable[[str], str | None] | None = None,
+    managed_hosts: Sequence[str] | None = None,
+    models: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Brings the router's workers to `planned`; returns changed, added, removed, skipped."""
     probe = ready or (lambda url: worker_ready(url, ready_path, worker_api_key))
     listed = sglang_router_client.list_workers(router_url, api_key=api_key)
-    changes = plan_changes(listed, planned, probe)
+    models = {sglang_router_client.normalize_url(url): str(model) for url, model in (models or {}).items()}
+    changes = plan_changes(listed, planned, probe, managed_hosts, models)
     if not check_mode:
         for url in changes["remove"]:
             sglang_router_client.remove_worker(router_url, url, timeout=30, api_key=api_key)
         for url in changes["add"]:
             # An unhealthy registration is removed first: a fresh one is routed to at once.
-            sglang_router_client.add_worker(router_url, url, timeout=timeout, api_key=api_key, worker_api_key=worker_api_key)
+            sglang_router_client.add_worker(
+                router_url,
+                url,
+                timeout=timeout,
+                api_key=api_key,
+                worker_api_key=worker_api_key,
+                replace=True,
+                model_id=models.get(url, ""),
+            )
     return {
         "changed": bool(changes["add"] or changes["remove"]),
         "added": changes["add"],
@@ -145,6 +177,8 @@ def main() -> None:
         argument_spec={
             "router_url": {"type": "str", "required": True},
             "workers": {"type": "list", "elements": "str", "required": True},
+            "managed_hosts": {"type": "list", "elements": "str"},
+            "models": {"type": "dict", "default": {}},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "worker_api_key": {"type": "str", "default": "", "no_log": True},
             "ready_path": {"type": "str", "default": "/health_generate"},
@@ -162,6 +196,8 @@ def main() -> None:
             ready_path=params["ready_path"],
             timeout=params["timeout"],
             check_mode=module.check_mode,
+            managed_hosts=params["managed_hosts"],
+            models=params["models"],
         )
     except sglang_router_client.RouterError as error:
         if module.check_mode and error.status in (None, 401, 403):

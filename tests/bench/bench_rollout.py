@@ -3,7 +3,9 @@
 Measures, on b200 behind its router with a bounded load of 4 clients:
 - how long after a server is ready the deploy notices (readiness polling latency),
 - how long after a server crashes at start the deploy fails (fail-fast latency),
-- how long a rolling restart of all seven workers takes, and how many client requests failed meanwhile.
+- how long a rolling restart of all seven workers takes, and how many client requests failed meanwhile;
+and, with the sandbox on its network (inventory/sandbox-on-network.yml), a rolling restart of all eight instances of
+both hosts under load through the fleet gateway on ct129: failed requests and the most workers out of rotation at once.
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fleet import Run, load_through_router, on_host, overlay_inventory, run_module, run_playbook
+from fleet import ROOT, Run, load_through_router, on_host, overlay_inventory, run_module, run_playbook
 
 ROUTER = "http://127.0.0.1:30100"
 ROLL_TASK = "Roll the changed running instances, verified, rolled back on failure"
+GATEWAY = "http://127.0.0.1:30200"
+GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
 
 
 def journal_times(unit: str, grep: str, since: float) -> list[float]:
@@ -29,17 +35,17 @@ def journal_times(unit: str, grep: str, since: float) -> list[float]:
     return [float(line.split()[0]) for line in output.splitlines() if line and line[0].isdigit()]
 
 
-def roll_task(run: Run) -> tuple[dict[str, Any], float]:
-    """The rollout module's result on b200 and the task's duration in seconds."""
+def roll_task(run: Run, host: str = "b200") -> tuple[dict[str, Any], float]:
+    """The rollout module's result on `host` and the task's duration in seconds."""
     for event in run.events:
         data = event.get("event_data", {})
         if (
             data.get("task") == ROLL_TASK
-            and data.get("host") == "b200"
+            and data.get("host") == host
             and event.get("event") in ("runner_on_ok", "runner_on_failed")
         ):
             return data["res"], float(data.get("duration") or 0.0)
-    raise RuntimeError("no rollout on b200 in this run")
+    raise RuntimeError(f"no rollout on {host} in this run")
 
 
 def rolling_restart_under_load(environment: dict[str, str]) -> dict[str, Any]:
@@ -56,6 +62,28 @@ def rolling_restart_under_load(environment: dict[str, str]) -> dict[str, Any]:
         if ready:
             noticing.append(outcome["noticed_at"] - ready[-1])
     return {"duration": duration, "instances": len(result["restarted"]), "noticing": noticing, **report}
+
+
+def rolling_restart_through_the_gateway() -> dict[str, Any]:
+    """Both hosts on the sandbox's network behind ct129's fleet gateway; every instance restarted (a changed
+    environment) under load through the gateway, one host at a time; then the sandbox back on loopback."""
+    on_network = yaml.safe_load((ROOT / "inventory/sandbox-on-network.yml").read_text())
+    try:
+        placed = run_playbook("deploy.yml", extravars=on_network)
+        if placed.rc != 0:
+            raise RuntimeError(placed.failure_messages())
+        with load_through_router(GATEWAY, host="ct129", keys_file=GATEWAY_KEYS) as report:
+            run = run_playbook("deploy.yml", extravars={**on_network, "sglang_environment": {"SGLANG_FLEET_BENCH": "1"}})
+        if run.rc != 0:
+            raise RuntimeError(run.failure_messages())
+    finally:
+        run_playbook("deploy.yml")
+    rolls = [roll_task(run, host) for host in ("ct129", "b200")]
+    return {
+        "duration": sum(duration for _, duration in rolls),
+        "instances": sum(len(result["restarted"]) for result, _ in rolls),
+        **report,
+    }
 
 
 def crash_to_failure() -> float:
@@ -92,6 +120,7 @@ def main() -> int:
     back = rolling_restart_under_load({})
     crash = [crash_to_failure() for _ in range(3)]
     redeploy, setup, changed = noop_redeploy()
+    fleet = rolling_restart_through_the_gateway()
     noticing = first["noticing"] + back["noticing"]
     print("sglang-fleet rollout benchmark (sandbox b200: 7 simulator workers behind sglang-router, 4 clients)")
     latencies = (("server ready -> deploy notices", noticing, "restarts"), ("crash at start -> deploy fails", crash, "crashes"))
@@ -103,6 +132,11 @@ def main() -> int:
             f"{roll['failed']} of {roll['requests']} requests failed, "
             f"{7 - roll['fewest_in_rotation']} worker(s) out of rotation at most"
         )
+    print(
+        f"  rolling restart through the fleet gateway (ct129 + b200) {fleet['duration']:.1f} s for {fleet['instances']} "
+        f"instances, {fleet['failed']} of {fleet['requests']} requests failed, "
+        f"{8 - fleet['fewest_in_rotation']} worker(s) out of rotation at most"
+    )
     print(
         f"  no-op redeploy (2 hosts, 8 instances) {redeploy:.1f} s, changed={changed}; "
         f"ansible -m setup on the same hosts {setup:.1f} s; ratio {redeploy / setup:.1f}x"

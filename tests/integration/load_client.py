@@ -1,6 +1,6 @@
-"""Bounded load through a host's router, run inside the test host (system python3, stdlib only).
+"""Bounded load through a host's router or the fleet gateway, run inside the test host (system python3, stdlib only).
 
-python3 - <router url> <max seconds> <clients> < load_client.py
+python3 - <router url> <max seconds> <clients> [<keys file>] < load_client.py
 Clients send /generate requests until /tmp/stop-load exists or the time is up; a sampler counts the
 router's healthy workers every 0.2 s. Prints one JSON line: requests, failed, first errors, fewest and most
 workers in rotation.
@@ -16,6 +16,8 @@ import time
 import urllib.request
 
 ROUTER, SECONDS, CLIENTS = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+# The router's keys (JSON: the clients' key for requests, the admin key for /workers), as its launcher reads them.
+KEYS_FILE = sys.argv[4] if len(sys.argv) > 4 else "/etc/sglang-fleet/secrets/router.json"
 STOP = "/tmp/stop-load"
 deadline = time.monotonic() + SECONDS
 counts = {"requests": 0, "failed": 0}
@@ -30,8 +32,11 @@ def running() -> bool:
 
 def client(number: int) -> None:
     body = json.dumps({"text": f"client {number}: hello", "sampling_params": {"max_new_tokens": 16}}).encode()
+    headers = {"Content-Type": "application/json"}
+    if router_key("api_key"):
+        headers["Authorization"] = f"Bearer {router_key('api_key')}"
     while running():
-        request = urllib.request.Request(f"{ROUTER}/generate", data=body, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(f"{ROUTER}/generate", data=body, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 ok = response.status == 200 and json.loads(response.read()).get("meta_info", {}).get("completion_tokens", 0) > 0
@@ -46,18 +51,18 @@ def client(number: int) -> None:
                     errors.append(error)
 
 
-def admin_key() -> str:
-    """The router's admin key (its /workers needs it), from the keys file the router reads; runs as root on the host."""
+def router_key(name: str) -> str:
+    """One of the router's keys (api_key, admin_key), from the keys file it reads; runs as root on the host."""
     try:
-        with open("/etc/sglang-fleet/secrets/router.json", encoding="utf-8") as handle:
-            return str(json.load(handle).get("admin_key") or "")
+        with open(KEYS_FILE, encoding="utf-8") as handle:
+            return str(json.load(handle).get(name) or "")
     except OSError:
         return ""
 
 
 def sampler() -> None:
     request = urllib.request.Request(f"{ROUTER}/workers")
-    key = admin_key()
+    key = router_key("admin_key")
     if key:
         request.add_header("Authorization", f"Bearer {key}")
     while running():

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from fleet import ROOT, Run, http_status, on_host, overlay_inventory, run_playbook, wait_until
+from fleet import ROOT, Run, http_status, load_through_router, on_host, overlay_inventory, run_playbook, wait_until
 
 VAULT_PASSWORD = "sandbox-vault-password"
 API_KEY = "sk-sandbox-0123456789"
@@ -23,6 +23,10 @@ PROMETHEUS = "http://127.0.0.1:19090"
 # Scraped and evaluated every second, "down" after 3 s (the playbook's defaults: 15 s and 2 m).
 FAST_ALERTS = {"sglang_prometheus_scrape_interval": "1s", "sglang_alert_down_for": "3s"}
 STOPPED = ("b200", "sglang-30002")
+# The fleet gateway of inventory/sandbox-on-network.yml, as ct129 reaches it, and its keys file there.
+GATEWAY = "http://127.0.0.1:30200"
+GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
+FLEET_WORKERS = ["http://127.0.0.1:30000"] + [f"http://b200:{30000 + index}" for index in range(7)]
 
 
 @dataclass
@@ -137,6 +141,48 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(keyed: Keyed
     assert all(r["failed"] == 0 for endpoint in measured for r in endpoint["results"]), "the key reached the servers"
 
 
+def gateway_workers() -> dict[str, bool]:
+    """The gateway's workers (URL -> healthy), listed with its admin key inside ct129."""
+    script = (
+        "import json, sys, urllib.request\n"
+        "key = json.load(open(sys.argv[2]))['admin_key']\n"
+        "request = urllib.request.Request(sys.argv[1] + '/workers', headers={'Authorization': 'Bearer ' + key})\n"
+        "workers = json.load(urllib.request.urlopen(request, timeout=30))['workers']\n"
+        "print(json.dumps({worker['url']: worker['is_healthy'] for worker in workers}))\n"
+    )
+    return dict(json.loads(on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS)))
+
+
+def test_one_gateway_routes_to_both_hosts_and_a_rolling_restart_of_all_eight_fails_no_request(keyed: Keyed) -> None:
+    """ct129's gateway routes to its own instance and to b200's seven over the sandbox network; a deploy that restarts
+    every instance (ct129's only one included) takes each out of the gateway first, so the load through the gateway
+    never fails and at most one worker is out of rotation at a time."""
+    assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
+    keys = json.loads(on_host("ct129", "cat", GATEWAY_KEYS))
+    assert keys["api_key"] == API_KEY and len(keys["admin_key"]) == 40
+    assert all(keys["admin_key"] not in json.dumps(event) for event in keyed.deployed.events)
+    assert gateway_workers() == dict.fromkeys(FLEET_WORKERS, True)
+    with load_through_router(GATEWAY, host="ct129", keys_file=GATEWAY_KEYS) as report:
+        rolled = run_playbook(
+            "deploy.yml",
+            inventory=keyed.inventory,
+            cmdline=keyed.vault,
+            extravars={"sglang_environment": {"SGLANG_FLEET_TEST_ROLL": "gateway"}},
+        )
+    assert rolled.rc == 0, rolled.failure_messages()
+    restarted = {
+        event["event_data"]["host"]: sorted(event["event_data"]["res"].get("restarted", {}))
+        for event in rolled.events
+        if event.get("event") == "runner_on_ok"
+        and event["event_data"].get("task", "").startswith("Roll the ")
+        and event["event_data"]["res"].get("restarted")
+    }
+    assert restarted == {"ct129": ["sglang-30000"], "b200": [f"sglang-{30000 + index}" for index in range(7)]}
+    assert report["requests"] > 0 and report["failed"] == 0, report
+    assert report["fewest_in_rotation"] == 7 and report["most_in_rotation"] == 8, report
+    assert gateway_workers() == dict.fromkeys(FLEET_WORKERS, True)
+
+
 def prometheus(path: str) -> Any:
     """The data of an answer of the sandbox's Prometheus API, asked on the control node's loopback."""
     with urllib.request.urlopen(f"{PROMETHEUS}{path}", timeout=10) as answer:
@@ -168,7 +214,8 @@ def test_prometheus_on_the_sandbox_network_scrapes_every_target_and_fires_when_a
         extravars={"sglang_prometheus_dir": str(tmp_path), **FAST_ALERTS},
     )
     assert started.rc == 0, started.failure_messages()
-    # Every target the written files list, by host name on the sandbox's network: 8 instances and b200's router. No
+    # Every target the written files list, by host name on the sandbox's network: 8 instances, b200's router and ct129's
+    # fleet gateway. No
     # credentials: /metrics needs no API key.
     listed = {
         f"http://{address}/metrics"
@@ -176,7 +223,7 @@ def test_prometheus_on_the_sandbox_network_scrapes_every_target_and_fires_when_a
         for group in json.loads(path.read_text())
         for address in group["targets"]
     }
-    assert listed == {"http://ct129:30000/metrics", "http://b200:29000/metrics"} | {
+    assert listed == {"http://ct129:30000/metrics", "http://ct129:29200/metrics", "http://b200:29000/metrics"} | {
         f"http://b200:{30000 + index}/metrics" for index in range(7)
     }
     assert wait_until(lambda: targets() == dict.fromkeys(listed, "up"), 30), targets()

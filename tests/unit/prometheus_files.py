@@ -36,7 +36,8 @@ ROUTER_RECORDINGS = sorted(FIXTURES.glob("sglang-router-0.3.2.*.txt"))
 PROMETHEUS_OWN_SERIES = {"up"}
 # The label Prometheus adds to every target besides those file_sd gives: its address.
 ADDRESS_LABEL = "instance"
-# The host whose targets the tests render: seven instances and a router (inventory/production/host_vars/b200.yml).
+# The host whose targets the tests render: seven instances, a router (inventory/production/host_vars/b200.yml) and a
+# fleet gateway.
 SAMPLE_HOST = "b200"
 SAMPLE_MODEL = "qwen3.6-27b"
 # The job whose targets export each family of series (templates/prometheus/sglang-targets.json.j2).
@@ -91,6 +92,8 @@ def render_sample_targets(directory: Path, plan: Plan) -> Path:
         directory / f"sglang-targets-{SAMPLE_HOST}.json",
         inventory_hostname=SAMPLE_HOST,
         hostvars={SAMPLE_HOST: host_vars},
+        # The sample host runs the fleet gateway too, so its targets have every job.
+        sglang_gateway_hosts=[SAMPLE_HOST],
     )
 
 

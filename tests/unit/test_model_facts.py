@@ -119,9 +119,10 @@ def test_mtp_tensors_are_found_where_sglangs_loaders_take_them_and_the_simulator
     monkeypatch.syspath_prepend(str(ROOT / "simulator/src"))
     from sglang_simulator import mtp as simulator_mtp
 
-    assert simulator_mtp.has_mtp_tensors is not None and Path(simulator_mtp.__file__).resolve() == Path(
-        has_mtp_tensors.__code__.co_filename
-    ).resolve(), "the simulator runs the product's rule, not a copy"
+    assert (
+        simulator_mtp.has_mtp_tensors is not None
+        and Path(simulator_mtp.__file__).resolve() == Path(has_mtp_tensors.__code__.co_filename).resolve()
+    ), "the simulator runs the product's rule, not a copy"
     assert has_mtp_tensors(["mtp.fc.weight", "model.layers.0.mlp.weight"])
     assert has_mtp_tensors(["model.language_model.mtp.layers.0.weight"])
     assert has_mtp_tensors(["model.layers.61.eh_proj.weight"], num_hidden_layers=61)

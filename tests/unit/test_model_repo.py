@@ -23,8 +23,13 @@ COMMITS = ["e247d76e82a7962099177c915d3e2b064ec8653b", "8ed888278db230e39d74c0c9
 DTYPE_BYTES = {"BF16": 2}
 # What a Qwen3.5 repository holds besides its weights: the tokenizer, the chat template and the image and video
 # processors (real SGLang 0.5.17 refuses the model at start without preprocessor_config.json).
-TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json",
-                   "video_preprocessor_config.json"}
+TOKENIZER_FILES = {
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+}
 FILES = {"config.json", "generation_config.json", "model.safetensors.index.json", *TOKENIZER_FILES, *SHARDS}
 # Real SGLang 0.5.17 served the generated repository (revision 1) as ct129 and b200 launch it: this recording.
 RECORDING = ROOT / "tests/recordings/sglang-0.5.17-h200-tiny-qwen3.5"
@@ -173,8 +178,7 @@ def test_real_sglang_served_exactly_these_files(revisions: dict[int, Path]) -> N
     for name in FILES - set(SHARDS):
         assert listing[name] == (revisions[1] / name).read_text(), name
     headline = json.loads((RECORDING / "summary.json").read_text())["headline"]
-    assert {tag: headline[tag]["ready"] for tag in ("ct129", "b200", "control")} == {"ct129": True, "b200": True,
-                                                                                    "control": True}
+    assert {tag: headline[tag]["ready"] for tag in ("ct129", "b200", "control")} == {"ct129": True, "b200": True, "control": True}
 
 
 def test_the_tokenizer_covers_the_model_vocabulary() -> None:

@@ -46,14 +46,14 @@ def instance(port: int, tmp_path: Path, written: bool = False, keys: bool = Fals
 
 
 class FakeRouter:
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
+    def __init__(self, log: list[str], name: str = "router", worker_url: str = "url") -> None:
+        self.log, self.name, self.worker_url = log, name, worker_url
 
     def remove(self, url: str) -> None:
-        self.log.append(f"router-remove {url.rsplit(':', 1)[1]}")
+        self.log.append(f"{self.name}-remove {url.rsplit(':', 1)[1]}")
 
-    def add(self, url: str) -> None:
-        self.log.append(f"router-add {url.rsplit(':', 1)[1]}")
+    def add(self, url: str, model_id: str = "") -> None:
+        self.log.append(f"{self.name}-add {url.rsplit(':', 1)[1]}")
 
 
 class FakeServers:
@@ -92,7 +92,7 @@ def fake_host(log: list[str], servers: FakeServers, router: bool = True) -> modu
         wait_ready=wait_ready,
         get_json=servers,
         journal=lambda unit, lines, since=None: f"journal of {unit}",
-        router=FakeRouter(log) if router else None,
+        routers=[FakeRouter(log)] if router else [],
         running=lambda url: 0,
         sleep=sleep,
         clock=lambda: clock[0],
@@ -108,6 +108,20 @@ def test_one_at_a_time_out_of_and_back_into_the_router(tmp_path: Path, params: d
         "router-remove 30001", "restart sglang-30001.service", "ready sglang-30001", "router-add 30001",
     ]  # fmt: skip
     assert result["restarted"]["sglang-30001"]["verified"] == "256 tokens, accept length 2.50"
+
+
+def test_every_router_and_gateway_takes_the_instance_out_and_back_by_the_url_it_knows(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    """A fleet gateway on another host knows the worker by its remote URL; the host's router by its loopback URL.
+    Both take it out before the restart and back after verification, and the drain waits once."""
+    log: list[str] = []
+    host = fake_host(log, FakeServers(log))
+    host.routers.append(FakeRouter(log, "gateway", "remote_url"))
+    server = {**instance(30000, tmp_path), "remote_url": "http://b200:40000"}
+    module.rollout(host, [server], params)
+    assert log == ["router-remove 30000", "gateway-remove 40000", "restart sglang-30000.service", "ready sglang-30000",
+                   "router-add 30000", "gateway-add 40000"]  # fmt: skip
 
 
 def test_a_reshape_stop_drains_each_instance_out_of_the_router_first(tmp_path: Path, params: dict[str, Any]) -> None:

@@ -84,6 +84,29 @@ def test_a_worker_the_plan_no_longer_has_is_removed(router: FakeRouter) -> None:
     assert changes(router) == [("DELETE", f"/workers/{gone}")]
 
 
+def test_a_gateway_drops_only_workers_of_the_hosts_it_manages(router: FakeRouter) -> None:
+    """A fleet gateway's run covers some hosts (--limit): an unplanned worker of another host stays registered."""
+    router.register(W1)
+    router.register("http://b200:30001")
+    gone = router.register("http://b200:30002")
+    result = module.reconcile(router.url, [W1, "http://b200:30001"], ready=ready, timeout=10, managed_hosts=["b200"])
+    assert result["removed"] == ["http://b200:30002"]
+    assert changes(router) == [("DELETE", f"/workers/{gone}")]
+    kept = module.reconcile(router.url, [], ready=ready, timeout=10, managed_hosts=["ct129"])
+    assert kept["removed"] == [] and len(router.workers) == 2
+
+
+def test_a_worker_registered_with_another_model_is_registered_again_with_its_own() -> None:
+    """The gateway's multi-model mode routes by the model a worker was registered with."""
+    listed = [
+        {"url": W1, "is_healthy": True, "model_id": "tiny-qwen3.5"},
+        {"url": W2, "is_healthy": True, "model_id": "coder"},
+    ]
+    changes = module.plan_changes(listed, [W1, W2], ready, models={W1: "tiny-qwen3.5", W2: "tiny-qwen3.5"})
+    assert changes == {"add": [W2], "remove": [], "skipped": []}
+    assert module.plan_changes(listed, [W1, W2], ready)["add"] == [], "no model planned: none compared"
+
+
 def test_nothing_changes_when_the_router_has_the_planned_workers(router: FakeRouter) -> None:
     router.register(W2)
     router.register(W1)

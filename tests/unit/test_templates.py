@@ -229,7 +229,8 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     assert writer["files"] == "{{ _sglang_server_helper_files }}"
     [router_writer] = [task[writer_name] for task in router_tasks if writer_name in task and not task.get("check_mode")]
     assert router_writer["files"] == "{{ _sglang_router_files }}"
-    router_files = router_vars["_sglang_router_files"]
+    router_files = router_vars["_sglang_router_launcher_files"]
+    assert "_sglang_router_launcher_files" in router_vars["_sglang_router_files"]
     copies = {item["src"]: item["dest"] for item in router_files if "src" in item and not item.get("template")}
     copies |= {item["src"]: item["dest"] for item in server_vars["_sglang_server_helper_files"] if not item.get("template")}
     assert copies["sglang_launcher.py"] == "{{ _sglang_server_helper_dir }}/sglang_launcher.py"
@@ -248,7 +249,7 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     assert (ROUTER / "files/sglang_router_launcher.py").is_file()
 
 
-def render_router(**variables: Any) -> str:
+def render_router(process: dict[str, Any] | None = None, **variables: Any) -> str:
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(ROUTER / "templates"), undefined=jinja2.StrictUndefined, trim_blocks=True
     )
@@ -266,14 +267,24 @@ def render_router(**variables: Any) -> str:
             "secrets_dir": "/etc/sglang-fleet/secrets",
         },
         "sglang_runtime": {"python": "/opt/sglang/sglang-0.5.23/bin/python", "module": "sglang.launch_server"},
-        "sglang_router_port": 30100,
-        "sglang_instances": [{"unit": "sglang-30000.service", "url": "http://127.0.0.1:30000"}],
-        "_sglang_router_argv": ["--host", "127.0.0.1", "--port", "30100", "--worker-urls", "http://127.0.0.1:30000"],
         **variables,
     }
     for name, value in yaml.safe_load((ROUTER / "vars/main.yml").read_text()).items():
         if name in ("_sglang_router_keys_file", "_sglang_router_launcher"):
             context[name] = environment.from_string(value).render(**context)
+    # The host's router as vars/main.yml's _sglang_router_processes describes it (sglang_router_process_files hands
+    # each process to the template).
+    process = process or {}
+    context["sglang_router_process"] = {
+        "kind": "router",
+        "unit": "sglang-router.service",
+        "description": "SGLang router on port 30100 in front of 1 instance(s)",
+        "after": ["sglang-30000.service"],
+        "keys_file": context["_sglang_router_keys_file"],
+        "argv": ["--host", "127.0.0.1", "--port", "30100", "--worker-urls", "http://127.0.0.1:30000"],
+        "environment": {},
+        **process,
+    }
     return environment.get_template("sglang-router.service.j2").render(**context)
 
 
@@ -297,6 +308,25 @@ def test_the_router_takes_its_keys_from_its_launcher_never_from_its_command_line
         "--worker-urls",
         "http://127.0.0.1:30000",
     ]
+
+
+def test_a_gateway_in_front_of_several_models_reads_its_vocabulary_from_the_file_the_role_sends() -> None:
+    text = render_router(
+        {
+            "unit": "sglang-gateway.service",
+            "keys_file": "/etc/sglang-fleet/secrets/gateway.json",
+            "after": [],
+            "argv": ["--host", "0.0.0.0", "--port", "30200", "--enable-igw"],
+            "environment": {"TIKTOKEN_ENCODINGS_BASE": "/usr/local/lib/sglang-fleet"},
+        }
+    )
+    unit = unit_lines(text)
+    assert "Environment=TIKTOKEN_ENCODINGS_BASE=/usr/local/lib/sglang-fleet" in text.splitlines()
+    assert unit["SyslogIdentifier"] == "sglang-gateway" and unit["After"] == "network-online.target"
+    assert shlex.split(unit["ExecStart"])[3:] == ["/etc/sglang-fleet/secrets/gateway.json", "--host", "0.0.0.0", "--port",
+                                                  "30200", "--enable-igw"]  # fmt: skip
+    vocabulary = yaml.safe_load((ROUTER / "vars/main.yml").read_text())["_sglang_router_vocabulary"]
+    assert vocabulary["dest"] == "{{ sglang_service.helper_dir }}/o200k_base.tiktoken"
 
 
 def test_instances_and_router_run_in_the_same_sandbox_and_the_router_sees_no_device(plan: Plan) -> None:

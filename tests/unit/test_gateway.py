@@ -1,0 +1,130 @@
+"""The fleet gateway's filters (plugins/filter/sglang_router.py): its workers from every host's plan, the routes a
+rollout drains them from, the problems preflight reports, and how another host reaches a server (remote_url)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+from ansible_collections.sglang.fleet.plugins.filter.sglang_router import (
+    sglang_fleet_models,
+    sglang_gateway_members,
+    sglang_gateway_problems,
+    sglang_gateway_routes,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.listen import remote_url
+
+KEY = hashlib.sha256(b"client-key").hexdigest()
+
+
+def instance(port: int, remote: str = "") -> dict[str, Any]:
+    return {
+        "name": f"sglang-{port}",
+        "url": f"http://127.0.0.1:{port}",
+        "remote_url": remote and f"http://{remote}:{port}",
+        "served_model_name": "qwen",
+    }
+
+
+def gateway_fact(**overrides: Any) -> dict[str, Any]:
+    return {
+        "url": "http://127.0.0.1:30200",
+        "remote_url": "http://ct129:30200",
+        "bind": "0.0.0.0",
+        "keys_file": "/etc/sglang-fleet/secrets/gateway.json",
+        "admin_key": "gateway-admin",
+        "api_key_digest": KEY,
+        **overrides,
+    }
+
+
+@pytest.fixture
+def hostvars() -> dict[str, dict[str, Any]]:
+    return {
+        "ct129": {"sglang_instances": [instance(30000, "ct129")], "sglang_gateway": gateway_fact()},
+        "b200": {"sglang_instances": [instance(30000, "b200"), instance(30001, "b200")]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("listen", "expected"),
+    [("127.0.0.1", ""), ("::1", ""), ("0.0.0.0", "http://b200:30001"), ("10.0.0.7", "http://10.0.0.7:30001")],
+)
+def test_another_host_reaches_a_server_at_its_bind_address_or_the_hosts_advertised_one(listen: str, expected: str) -> None:
+    assert remote_url(listen, "b200", 30001) == expected
+
+
+def test_the_gateway_knows_its_own_instances_by_loopback_and_others_by_their_remote_url(hostvars: dict[str, Any]) -> None:
+    members = sglang_gateway_members(hostvars, ["ct129", "b200"], "ct129")
+    assert members == {
+        "workers": ["http://127.0.0.1:30000", "http://b200:30000", "http://b200:30001"],
+        "models": dict.fromkeys(["http://127.0.0.1:30000", "http://b200:30000", "http://b200:30001"], "qwen"),
+        "managed": ["127.0.0.1", "b200"],
+    }
+    # A run limited to ct129 manages (and may drop) only ct129's workers.
+    assert sglang_gateway_members(hostvars, ["ct129"], "ct129")["managed"] == ["127.0.0.1"]
+
+
+def test_a_rollout_drains_from_the_gateway_as_its_host_reaches_it(hostvars: dict[str, Any]) -> None:
+    assert sglang_gateway_routes(hostvars, "b200", ["ct129"]) == [
+        {"url": "http://ct129:30200", "admin_key": "gateway-admin", "keys_file": "", "worker_url": "remote_url"}
+    ]
+    assert sglang_gateway_routes(hostvars, "ct129", ["ct129"]) == [
+        {
+            "url": "http://127.0.0.1:30200",
+            "admin_key": "gateway-admin",
+            "keys_file": "/etc/sglang-fleet/secrets/gateway.json",
+            "worker_url": "url",
+        }
+    ]
+
+
+def problems(hostvars: dict[str, Any], host: str = "b200", **overrides: Any) -> list[str]:
+    arguments: dict[str, Any] = {
+        "gateways": ["ct129"],
+        "hostvars": hostvars,
+        "server_hosts": ["ct129", "b200"],
+        "run_hosts": ["ct129", "b200"],
+        "instances": hostvars[host]["sglang_instances"],
+        "listen_host": "0.0.0.0",
+        "api_key_digest": KEY,
+        **overrides,
+    }
+    return list(sglang_gateway_problems(host, **arguments))
+
+
+def test_a_fleet_the_gateway_can_reach_and_drain_has_no_problem(hostvars: dict[str, Any]) -> None:
+    assert problems(hostvars) == []
+    assert problems(hostvars, "ct129", listen_host="127.0.0.1", instances=[instance(30000)]) == [], "its own, on loopback"
+
+
+def test_each_problem_names_the_host_the_gateway_and_the_variable(hostvars: dict[str, Any]) -> None:
+    hostvars["ct129"]["sglang_gateway"] = gateway_fact(remote_url="", bind="127.0.0.1")
+    found = problems(
+        hostvars, listen_host="127.0.0.1", instances=[instance(30000)], api_key_digest=hashlib.sha256(b"other").hexdigest()
+    )
+    assert [line.split(":")[0] + ":" + line.split(":")[1].split("=")[0] for line in found] == [
+        "b200 host: sglang_listen_host",
+        "b200 host: sglang_api_key",
+        "b200 gateway ct129: sglang_gateway_host",
+    ]
+    assert "client-key" not in "".join(found) and '"(not shown)"' in found[1]
+    assert problems(hostvars, gateways=["gpu-box-9"]) == [
+        'b200 gateway gpu-box-9: sglang_gateway_hosts="gpu-box-9": names no host of the group sglang_servers (a gateway '
+        "runs in the SGLang venv of a server host); fix: name a host of sglang_servers"
+    ]
+    [limited] = problems(hostvars, run_hosts=["b200"])
+    assert limited.startswith('b200 gateway ct129: sglang_gateway_hosts="ct129": the gateway routes to this host') and (
+        "add ct129 to --limit" in limited
+    )
+
+
+def test_the_fleets_models_come_from_the_inventory_as_the_plan_names_them() -> None:
+    hostvars = {
+        "ct129": {"sglang_model": {"repo": "Qwen/Qwen3.6-27B", "revision": "abc"}},
+        "b200": {"sglang_model_path": "/srv/models/Qwen3.6-27B/"},
+        "h100": {"sglang_served_model_name": "coder", "sglang_model_path": "/srv/models/other"},
+    }
+    assert sglang_fleet_models(hostvars, ["ct129", "b200"]) == ["Qwen3.6-27B"], "one model: any worker serves it"
+    assert sglang_fleet_models(hostvars, ["ct129", "b200", "h100"]) == ["Qwen3.6-27B", "coder"]
