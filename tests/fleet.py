@@ -174,13 +174,15 @@ def load_through_router(
     clients: int = 4,
     host: str = "b200",
     keys_file: str = "/etc/sglang-fleet/secrets/router.json",
+    model: str = "",
 ) -> Iterator[dict[str, Any]]:
-    """Bounded load through a host's router (or the fleet gateway, with its keys file) while the block runs
+    """Bounded load through a host's router (or the fleet gateway, with its keys file; naming `model` where the router
+    routes by model) while the block runs
     (tests/integration/load_client.py, inside the host); afterwards the dict holds its report: requests, failed,
     errors, fewest and most workers in rotation."""
     on_host(host, "rm", "-f", "/tmp/stop-load")
     load = subprocess.Popen(
-        ["docker", "exec", "-i", host, "python3", "-", router, "900", str(clients), keys_file],
+        ["docker", "exec", "-i", host, "python3", "-", router, "900", str(clients), keys_file, model],
         stdin=LOAD_CLIENT.open("rb"),
         stdout=subprocess.PIPE,
         text=True,

@@ -1,7 +1,9 @@
 """Throughput of one SGLang endpoint at given concurrencies; runs on the host (stdlib only).
 
-python3 bench_client.py <url> <concurrency,...> <requests per concurrency> <max_new_tokens> < <API key, if any>
-The key comes on standard input (one line, empty for none), so no command line or environment holds it.
+python3 bench_client.py <url> <concurrency,...> <requests per concurrency> <max_new_tokens> [<model>] < <API key>
+The key comes on standard input (one line, empty for none), so no command line or environment holds it. With a
+model name (a router in front of several models routes by it), the OpenAI completions route, naming the model;
+without, SGLang's /generate.
 Prints JSON: for each concurrency, completion tokens per second over the wall time, requests, failures;
 and the average speculative accept length the server reports afterwards (null through a router).
 """
@@ -25,7 +27,16 @@ def call(url: str, path: str, payload: dict[str, Any] | None, key: str) -> Any:
         return json.loads(response.read())
 
 
-def measure(url: str, concurrency: int, requests: int, tokens: int, key: str) -> dict[str, Any]:
+def generate(url: str, number: int, tokens: int, key: str, model: str) -> int:
+    """One request's completion tokens."""
+    if model:
+        payload = {"model": model, "prompt": f"benchmark prompt {number}", "max_tokens": tokens, "ignore_eos": True}
+        return int(call(url, "/v1/completions", payload, key)["usage"]["completion_tokens"])
+    payload = {"text": f"benchmark prompt {number}", "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}}
+    return int(call(url, "/generate", payload, key)["meta_info"]["completion_tokens"])
+
+
+def measure(url: str, concurrency: int, requests: int, tokens: int, key: str, model: str = "") -> dict[str, Any]:
     done = {"tokens": 0, "failed": 0}
     lock = threading.Lock()
     pending = list(range(requests))
@@ -36,9 +47,8 @@ def measure(url: str, concurrency: int, requests: int, tokens: int, key: str) ->
                 if not pending:
                     return
                 number = pending.pop()
-            payload = {"text": f"benchmark prompt {number}", "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}}
             try:
-                generated = int(call(url, "/generate", payload, key)["meta_info"]["completion_tokens"])
+                generated = generate(url, number, tokens, key, model)
             except Exception:
                 with lock:
                     done["failed"] += 1
@@ -59,8 +69,9 @@ def measure(url: str, concurrency: int, requests: int, tokens: int, key: str) ->
 
 def main() -> None:
     url, concurrencies, requests, tokens = sys.argv[1].rstrip("/"), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    model = sys.argv[5] if len(sys.argv) > 5 else ""
     key = sys.stdin.readline().strip()
-    results = [measure(url, int(level), requests, tokens, key) for level in concurrencies.split(",")]
+    results = [measure(url, int(level), requests, tokens, key, model) for level in concurrencies.split(",")]
     try:
         internal = (call(url, "/server_info", None, key).get("internal_states") or [{}])[0]
         accept = internal.get("avg_spec_accept_length")

@@ -11,6 +11,7 @@ from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import tokenizer_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
+from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import group_model_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, remote_url
 from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines, parse_problems
 from ansible_collections.sglang.fleet.plugins.module_utils.plan import plan_host
@@ -69,4 +70,6 @@ class FilterModule:
             "sglang_remote_url": remote_url,
             # The --tokenizer-path directories the plan's probe reads beside the model's.
             "sglang_tokenizer_paths": tokenizer_paths,
+            # The model directories of the instance groups that serve one of their own.
+            "sglang_group_model_paths": group_model_paths,
         }

@@ -95,17 +95,21 @@ def sglang_gateway_members(hostvars: Mapping[str, Any], hosts: Sequence[str], ga
 
 def sglang_fleet_models(hostvars: Mapping[str, Any], hosts: Sequence[str]) -> list[str]:
     """The model names the inventory has `hosts` serve (sglang_served_model_name, else the sglang_model's name, else
-    the sglang_model_path directory's name, as the plan names them), read from the inventory alone: the same for a
-    run limited to some hosts. A gateway in front of more than one routes by model name."""
+    the sglang_model_path directory's name, as the plan names them; each instance group's own), read from the inventory
+    alone: the same for a run limited to some hosts. A gateway in front of more than one routes by model name."""
     names = set()
     for host in hosts:
         variables = hostvars[host]
         model_path = str(variables.get("sglang_model_path") or "")
-        names.add(
+        own = (
             str(variables.get("sglang_served_model_name") or "")
             or sglang_model_name(variables.get("sglang_model") or {})
             or model_path.rstrip("/").rsplit("/", 1)[-1]
         )
+        groups = [group for group in variables.get("sglang_instance_groups") or [] if isinstance(group, Mapping)]
+        for group in groups or [{}]:
+            path = str(group.get("model_path") or "")
+            names.add(str(group.get("served_model_name") or "") or path.rstrip("/").rsplit("/", 1)[-1] or own)
     return sorted(names - {""})
 
 

@@ -397,8 +397,8 @@ def memory_problems(
     settings: Mapping[str, Any],
     facts: Mapping[str, Any],
     instances: list[dict[str, Any]],
-    weight_bytes: int,
 ) -> None:
+    """Each instance's model (its `weight_bytes`) fits its GPUs; the host cache of every instance fits the host's RAM."""
     gpus = {gpu["index"]: gpu for gpu in facts.get("gpus") or []}
     margin = float(settings["memory_margin_gib"]) * GIB
     host_cache_bytes = 0.0
@@ -415,6 +415,7 @@ def memory_problems(
                     where, "sglang_server_args.mem-fraction-static", fraction, "must be between 0 and 1", "use e.g. 0.85"
                 )
             continue
+        weight_bytes = int(instance.get("weight_bytes") or 0)
         # Tensor parallel splits every layer, pipeline parallel splits the layers: each GPU holds a share.
         weight_share = weight_bytes / instance["tensor_parallel_size"] / instance["pipeline_parallel_size"]
         available = gpu_mib * MIB * fraction
@@ -453,9 +454,13 @@ def memory_problems(
             for instance in instances
             if instance["settings"].get("enable-hierarchical-cache") and instance["settings"].get("hicache-size") != host_size
         }
+        groups = sorted({str(i["group"]) for i in instances if i["name"] in overridden and i.get("group")})
+        variable = "sglang_instance_overrides[].server_args.hicache-size" if overridden else "sglang_server_args.hicache-size"
+        if groups:
+            variable = f"sglang_instance_groups.{'|'.join(groups)}.server_args.hicache-size"
         problems.add(
             "host",
-            "sglang_instance_overrides[].server_args.hicache-size" if overridden else "sglang_server_args.hicache-size",
+            variable,
             overridden or host_size,
             f"host cache {host_cache_bytes / 1e9:.0f} GB over all ranks exceeds host RAM {ram_mb / 1024:.0f} GiB "
             f"minus {settings['host_ram_reserve_gib']} GiB reserve = {usable / GIB:.0f} GiB",

@@ -29,6 +29,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks impor
     multimodal_start_problems,
     value_problems,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import GroupProblems, checked_groups, group_settings
 from ansible_collections.sglang.fleet.plugins.module_utils.instances import derive_instances, gpu_device
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
 from ansible_collections.sglang.fleet.plugins.module_utils.reshape import reshape
@@ -37,7 +38,30 @@ from ansible_collections.sglang.fleet.plugins.module_utils.server_settings impor
     control_problems,
     unknown_variable_problems,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import pinned_support, version_key
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import Support, pinned_support, version_key
+
+
+def plan_group(
+    problems: HostProblems, settings: Mapping[str, Any], facts: Mapping[str, Any], gpu_ids: list[int], support: Support
+) -> list[dict[str, Any]]:
+    """One group's instances (a host without groups is one) on `gpu_ids`, with the problems of their settings and
+    model; each carries its model's weight bytes (`weight_bytes`) for the host's memory checks."""
+    on_host = facts.get("model") or {}
+    if settings.get("group_model"):
+        # A group's own model directory, read by the same probe (sglang_host_facts' group_models).
+        on_host = (facts.get("group_models") or {}).get(settings["model_path"]) or {}
+    model = checked_model(settings, on_host)
+    instances = derive_instances(problems, settings, gpu_ids, facts.get("gpus") or [], support)
+    value_problems(problems, support, instances, model)
+    devices = {gpu["index"]: gpu_device(gpu) for gpu in facts.get("gpus") or []}
+    weight_bytes = model_problems(problems, settings, model, instances, support)
+    for instance in instances:
+        # The device nodes the instance may open (its unit allows only these and the driver's shared ones).
+        instance["gpu_devices"] = [devices[gpu] for gpu in instance["gpu_ids"] if devices.get(gpu)]
+        instance["weight_bytes"] = weight_bytes
+    multimodal_start_problems(problems, settings, model, instances, support)
+    model_access_problems(problems, settings, model)
+    return instances
 
 
 def plan_host(
@@ -83,22 +107,27 @@ def plan_host(
         # Such a value must not reach a template, not even preflight's check-mode rendering (the server role's
         # preflight names its own variables).
         return {"instances": [], "problems": problems.lines}
-    model = checked_model(settings, facts.get("model") or {})
+    groups = checked_groups(problems, settings.get("instance_groups"))
+    if groups is None:
+        return {"instances": [], "problems": problems.lines}
     # What the deploy will write on the host's filesystems: checked here alone, and published for the install's
     # room check (role sglang_venv), which sums what goes to one filesystem.
     need = model_room_need(settings, facts.get("model") or {})
     model_source_problems(problems, settings, need)
     gpu_ids = [int(gpu) for gpu in settings["gpu_ids"]] if settings["gpu_ids"] else detected
-    instances = derive_instances(problems, settings, gpu_ids, facts.get("gpus") or [], support)
-    value_problems(problems, support, instances, model)
-    devices = {gpu["index"]: gpu_device(gpu) for gpu in facts.get("gpus") or []}
-    for instance in instances:
-        # The device nodes the instance may open (its unit allows only these and the driver's shared ones).
-        instance["gpu_devices"] = [devices[gpu] for gpu in instance["gpu_ids"] if devices.get(gpu)]
-    weight_bytes = model_problems(problems, settings, model, instances, support)
-    multimodal_start_problems(problems, settings, model, instances, support)
-    model_access_problems(problems, settings, model)
-    memory_problems(problems, settings, {**facts, "model": model}, instances, weight_bytes)
+    instances: list[dict[str, Any]] = []
+    whole_host: list[dict[str, Any] | None] = [None]
+    for group in groups or whole_host:
+        # Group after group on the GPUs left and the ports after the instances before it.
+        used = {gpu for instance in instances for gpu in instance["gpu_ids"]}
+        free = [gpu for gpu in gpu_ids if gpu not in used]
+        if group is None:
+            instances += plan_group(problems, settings, facts, free, support)
+        else:
+            own = group_settings(settings, group, len(instances))
+            planned = plan_group(GroupProblems(problems, group), own, facts, free, support)
+            instances += [{**instance, "group": group["name"]} for instance in planned]
+    memory_problems(problems, settings, facts, instances)
     gpu_and_port_problems(problems, settings, facts, instances)
     return {
         "instances": instances,

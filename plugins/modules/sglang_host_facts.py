@@ -102,6 +102,14 @@ options:
         type: list
         elements: path
         default: []
+  group_models:
+    description:
+      - The model directories of the host's instance groups that serve a directory of their own, read as I(model) is
+        (with its I(user) and I(group); no checksums, revisions or tokenizers) and returned by path as
+        C(group_models).
+    type: list
+    elements: path
+    default: []
 author: sglang-fleet
 """
 
@@ -493,6 +501,7 @@ def main() -> None:
                     "tokenizer_paths": {"type": "list", "elements": "path", "default": []},
                 },
             },
+            "group_models": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )
@@ -508,6 +517,11 @@ def main() -> None:
             model["link"],
             model["tokenizer_paths"],
         )
+    if module.params["group_models"]:
+        account = (model or {}).get("user") or "", (model or {}).get("group") or ""
+        model_result["group_models"] = {
+            path: model_facts(path, {}, account[0], account[1], "", "", []) for path in module.params["group_models"]
+        }
     facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
     module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": gather(module.params["nvidia_smi"])}, **model_result)
 

@@ -1,6 +1,8 @@
 """Bounded load through a host's router or the fleet gateway, run inside the test host (system python3, stdlib only).
 
-python3 - <router url> <max seconds> <clients> [<keys file>] < load_client.py
+python3 - <router url> <max seconds> <clients> [<keys file> [<model>]] < load_client.py
+With a model (a router in front of several models routes by it), the clients use the OpenAI completions route and
+name it; without, SGLang's /generate.
 Clients send /generate requests until /tmp/stop-load exists or the time is up; a sampler counts the
 router's healthy workers every 0.2 s. Prints one JSON line: requests, failed, first errors, fewest and most
 workers in rotation.
@@ -18,6 +20,7 @@ import urllib.request
 ROUTER, SECONDS, CLIENTS = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 # The router's keys (JSON: the clients' key for requests, the admin key for /workers), as its launcher reads them.
 KEYS_FILE = sys.argv[4] if len(sys.argv) > 4 else "/etc/sglang-fleet/secrets/router.json"
+MODEL = sys.argv[5] if len(sys.argv) > 5 else ""
 STOP = "/tmp/stop-load"
 deadline = time.monotonic() + SECONDS
 counts = {"requests": 0, "failed": 0}
@@ -31,15 +34,22 @@ def running() -> bool:
 
 
 def client(number: int) -> None:
-    body = json.dumps({"text": f"client {number}: hello", "sampling_params": {"max_new_tokens": 16}}).encode()
+    path, body = "/generate", json.dumps({"text": f"client {number}: hello", "sampling_params": {"max_new_tokens": 16}}).encode()
+    if MODEL:
+        path, body = (
+            "/v1/completions",
+            json.dumps({"model": MODEL, "prompt": f"client {number}: hello", "max_tokens": 16}).encode(),
+        )
     headers = {"Content-Type": "application/json"}
     if router_key("api_key"):
         headers["Authorization"] = f"Bearer {router_key('api_key')}"
     while running():
-        request = urllib.request.Request(f"{ROUTER}/generate", data=body, headers=headers)
+        request = urllib.request.Request(f"{ROUTER}{path}", data=body, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
-                ok = response.status == 200 and json.loads(response.read()).get("meta_info", {}).get("completion_tokens", 0) > 0
+                answer = json.loads(response.read())
+                tokens = (answer.get("usage") if MODEL else answer.get("meta_info") or {}).get("completion_tokens", 0)
+                ok = response.status == 200 and tokens > 0
                 error = None if ok else f"HTTP {response.status}"
         except Exception as failure:  # every failure counts
             ok, error = False, f"{type(failure).__name__}: {failure}"

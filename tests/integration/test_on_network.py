@@ -25,8 +25,17 @@ FAST_ALERTS = {"sglang_prometheus_scrape_interval": "1s", "sglang_alert_down_for
 STOPPED = ("b200", "sglang-30002")
 # The fleet gateway of inventory/sandbox-on-network.yml, as ct129 reaches it, and its keys file there.
 GATEWAY = "http://127.0.0.1:30200"
+ROUTER = "http://127.0.0.1:30100"
 GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
-FLEET_WORKERS = ["http://127.0.0.1:30000"] + [f"http://b200:{30000 + index}" for index in range(7)]
+# b200 in two instance groups: five workers of the fleet's (mirror's) model, two of the Qwen3.6-27B stand-in.
+MIRROR_MODEL, OTHER_MODEL = "tiny-qwen3.5", "qwen3.6-27b"
+B200_GROUPS = [
+    {"name": "tiny", "instance_count": 5},
+    {"name": "qwen27b", "model_path": "/srv/models/Qwen3.6-27B", "served_model_name": OTHER_MODEL},
+]
+FLEET_WORKERS = {"http://127.0.0.1:30000": MIRROR_MODEL} | {
+    f"http://b200:{30000 + index}": MIRROR_MODEL if index < 5 else OTHER_MODEL for index in range(7)
+}
 
 
 @dataclass
@@ -62,7 +71,7 @@ def keyed(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ke
     # The addresses of `make sandbox-prometheus`; the key from vault instead of that file's plain test key.
     addresses = yaml.safe_load((ROOT / "inventory/sandbox-on-network.yml").read_text())
     del addresses["sglang_api_key"]
-    inventory = overlay_inventory(directory, group_vars=addresses)
+    inventory = overlay_inventory(directory, host_vars={"b200": {"sglang_instance_groups": B200_GROUPS}}, group_vars=addresses)
     (inventory / "group_vars" / "all.yml").write_text((inventory / "group_vars" / "all.yml").read_text() + "\n" + encrypted)
     vault = f"--vault-password-file {password}"
     # The journal since now: the sandbox hosts keep theirs across test sessions.
@@ -141,33 +150,74 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(keyed: Keyed
     assert all(r["failed"] == 0 for endpoint in measured for r in endpoint["results"]), "the key reached the servers"
 
 
-def gateway_workers() -> dict[str, bool]:
-    """The gateway's workers (URL -> healthy), listed with its admin key inside ct129."""
+def gateway_workers() -> dict[str, tuple[str, bool]]:
+    """The gateway's workers (URL -> the model it routes to them, healthy), listed with its admin key inside ct129."""
     script = (
         "import json, sys, urllib.request\n"
         "key = json.load(open(sys.argv[2]))['admin_key']\n"
         "request = urllib.request.Request(sys.argv[1] + '/workers', headers={'Authorization': 'Bearer ' + key})\n"
         "workers = json.load(urllib.request.urlopen(request, timeout=30))['workers']\n"
-        "print(json.dumps({worker['url']: worker['is_healthy'] for worker in workers}))\n"
+        "print(json.dumps({worker['url']: [worker['model_id'], worker['is_healthy']] for worker in workers}))\n"
     )
-    return dict(json.loads(on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS)))
+    listed = json.loads(on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS))
+    return {url: (model, healthy) for url, (model, healthy) in listed.items()}
+
+
+def chat_requests(host: str, port: int) -> float:
+    """The chat completions an instance answered (its sglang:http_requests_total), read inside its host."""
+    text = on_host(
+        host,
+        "python3",
+        "-c",
+        f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())",
+    )
+    series = 'sglang:http_requests_total{endpoint="/v1/chat/completions",method="POST"} '
+    return sum(float(line[len(series) :]) for line in text.splitlines() if line.startswith(series))
+
+
+def test_the_gateway_routes_each_request_to_the_workers_of_the_model_it_names(keyed: Keyed) -> None:
+    """b200 serves two models (instance groups); through ct129's gateway a client picks one by name and only its
+    workers answer; a model nobody serves is refused."""
+    assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
+    assert gateway_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
+    other = [("b200", 30005), ("b200", 30006)]
+    mirror = [("ct129", 30000)] + [("b200", 30000 + index) for index in range(5)]
+    before = {worker: chat_requests(*worker) for worker in other + mirror}
+    script = (
+        "import json, sys, urllib.request, urllib.error\n"
+        "key = json.load(open(sys.argv[2]))['api_key']\n"
+        "body = json.dumps({'model': sys.argv[3], 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 4})\n"
+        "request = urllib.request.Request(sys.argv[1] + '/v1/chat/completions', data=body.encode(),\n"
+        "    headers={'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'})\n"
+        "try:\n    print(urllib.request.urlopen(request, timeout=30).status)\n"
+        "except urllib.error.HTTPError as error:\n    print(error.code)\n"
+    )
+    answers = [on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS, OTHER_MODEL).strip() for _ in range(6)]
+    assert answers == ["200"] * 6
+    assert sum(chat_requests(*worker) - before[worker] for worker in other) == 6
+    assert all(chat_requests(*worker) == before[worker] for worker in mirror), "a request reached another model's worker"
+    assert on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS, "no-such-model").strip() == "503"
 
 
 def test_one_gateway_routes_to_both_hosts_and_a_rolling_restart_of_all_eight_fails_no_request(keyed: Keyed) -> None:
     """ct129's gateway routes to its own instance and to b200's seven over the sandbox network; a deploy that restarts
-    every instance (ct129's only one included) takes each out of the gateway first, so the load through the gateway
-    never fails and at most one worker is out of rotation at a time."""
+    every instance (ct129's only one included; slower tokens, so requests are in flight) takes each out of the gateway
+    and out of b200's router first, so the load through either never fails and at most one worker is out of rotation
+    at a time."""
     assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
     keys = json.loads(on_host("ct129", "cat", GATEWAY_KEYS))
     assert keys["api_key"] == API_KEY and len(keys["admin_key"]) == 40
     assert all(keys["admin_key"] not in json.dumps(event) for event in keyed.deployed.events)
-    assert gateway_workers() == dict.fromkeys(FLEET_WORKERS, True)
-    with load_through_router(GATEWAY, host="ct129", keys_file=GATEWAY_KEYS) as report:
+    assert gateway_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
+    with (
+        load_through_router(GATEWAY, host="ct129", keys_file=GATEWAY_KEYS, model=MIRROR_MODEL) as report,
+        load_through_router(ROUTER, host="b200", model=MIRROR_MODEL) as router_report,
+    ):
         rolled = run_playbook(
             "deploy.yml",
             inventory=keyed.inventory,
             cmdline=keyed.vault,
-            extravars={"sglang_environment": {"SGLANG_FLEET_TEST_ROLL": "gateway"}},
+            extravars={"sglang_environment": {"SGLANG_SIM_TOKEN_SECONDS": "0.002"}},
         )
     assert rolled.rc == 0, rolled.failure_messages()
     restarted = {
@@ -180,7 +230,9 @@ def test_one_gateway_routes_to_both_hosts_and_a_rolling_restart_of_all_eight_fai
     assert restarted == {"ct129": ["sglang-30000"], "b200": [f"sglang-{30000 + index}" for index in range(7)]}
     assert report["requests"] > 0 and report["failed"] == 0, report
     assert report["fewest_in_rotation"] == 7 and report["most_in_rotation"] == 8, report
-    assert gateway_workers() == dict.fromkeys(FLEET_WORKERS, True)
+    assert router_report["requests"] > 50 and router_report["failed"] == 0, router_report
+    assert router_report["fewest_in_rotation"] == 6 and router_report["most_in_rotation"] == 7, router_report
+    assert gateway_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
 
 
 def prometheus(path: str) -> Any:

@@ -179,7 +179,7 @@ STOPS = {
     # server role its own) and stops, so these cases may share a host with each other;
     "text",
     # derive_instances derives no instance (parallel sizes, GPUs per instance, instance count), stopping at that
-    # first problem: the settings and the instances are not checked.
+    # first problem, or the instance groups are malformed: the settings and the instances are not checked.
     "derivation",
 }
 # What a case's message reads of its host beyond the variables it sets (bad_inventories.yml `reads`): variables, or
@@ -194,9 +194,10 @@ READ_GROUPS = {
         "sglang_gpus_per_instance",
         "sglang_instance_count",
         "sglang_port_base",
+        "sglang_instance_groups",
     ),
     # The model directory the plan reads (its config, shards, weights, access).
-    "model": ("sglang_model_path", "sglang_model"),
+    "model": ("sglang_model_path", "sglang_model", "sglang_instance_groups"),
 }
 # What every check of a host reads: the pinned SGLang's support table.
 READ_BY_EVERY_CASE = ("sglang_version",)
