@@ -75,22 +75,31 @@ def _url_host(url: str) -> str:
     return urlsplit(url).hostname or ""
 
 
-def sglang_gateway_members(hostvars: Mapping[str, Any], hosts: Sequence[str], gateway: str) -> dict[str, Any]:
-    """The workers of the fleet gateway on host `gateway`: every planned instance of `hosts` (the run's server hosts),
-    by the URL the gateway reaches it at (its own instances' `url`, other hosts' `remote_url`), the model each serves
-    (`models`, by URL), and the URL hosts whose registered workers the gateway may drop when no longer planned
-    (`managed`: a worker of a host outside this run is left as it is)."""
+def sglang_gateway_members(
+    hostvars: Mapping[str, Any], hosts: Sequence[str], gateway: str, inventory_hosts: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The workers of the fleet gateway on host `gateway`: every planned instance of the run's server hosts (`hosts`)
+    that drain their instances from it (their own sglang_router.gateways names it), by the URL the gateway reaches it
+    at (its own instances' `url`, other hosts' `remote_url`); the model each serves (`models`, by URL); and the URL
+    hosts of the inventory's server hosts outside the run (`keep`: their registered workers are left as they are;
+    any other unplanned worker goes)."""
     workers: list[str] = []
     models: dict[str, str] = {}
-    managed: set[str] = set()
     for host in hosts:
+        routes = (hostvars[host].get("sglang_router") or {}).get("gateways") or []
+        if host != gateway and gateway not in [route.get("host") for route in routes]:
+            continue
         for instance in hostvars[host].get("sglang_instances") or []:
             url = instance["url"] if host == gateway else instance.get("remote_url") or ""
             if url:
                 workers.append(url)
                 models[url] = str(instance.get("served_model_name") or "")
-                managed.add(_url_host(url))
-    return {"workers": workers, "models": models, "managed": sorted(managed)}
+    keep = set()
+    for host in inventory_hosts:
+        if host not in hosts:
+            variables = hostvars[host]
+            keep.add(str(variables.get("sglang_advertise_host") or variables.get("ansible_host") or host))
+    return {"workers": workers, "models": models, "keep": sorted(keep)}
 
 
 def sglang_fleet_models(hostvars: Mapping[str, Any], hosts: Sequence[str]) -> list[str]:
@@ -141,14 +150,17 @@ def sglang_gateway_problems(
                 )
             )
         elif not published:
+            outside = gateway not in run_hosts
             found.append(
                 (
                     where,
                     "sglang_gateway_hosts",
                     gateway,
                     "the gateway routes to this host's instances but is not in this run (--limit): a rollout here could "
-                    "not take them out of its rotation",
-                    f"add {gateway} to --limit",
+                    "not take them out of its rotation"
+                    if outside
+                    else f"names {gateway}, whose own sglang_gateway_hosts does not: it runs no gateway",
+                    f"add {gateway} to --limit" if outside else "set sglang_gateway_hosts once for the fleet (group_vars)",
                 )
             )
         elif gateway != host and instances:
@@ -196,6 +208,7 @@ def sglang_gateway_routes(hostvars: Mapping[str, Any], host: str, gateways: Sequ
         if url:
             routes.append(
                 {
+                    "host": gateway,
                     "url": url,
                     "admin_key": published.get("admin_key") or "",
                     "keys_file": (published.get("keys_file") or "") if local else "",

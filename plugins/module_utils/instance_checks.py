@@ -412,7 +412,11 @@ def memory_problems(
         if not 0 < fraction < 1:
             if source != "mem-fraction-static":  # a value given is reported by value_problems
                 problems.add(
-                    where, "sglang_server_args.mem-fraction-static", fraction, "must be between 0 and 1", "use e.g. 0.85"
+                    where,
+                    f"{instance.get('settings_variable', 'sglang_server_args')}.mem-fraction-static",
+                    fraction,
+                    "must be between 0 and 1",
+                    "use e.g. 0.85",
                 )
             continue
         weight_bytes = int(instance.get("weight_bytes") or 0)
@@ -428,7 +432,7 @@ def memory_problems(
                 fixes.append(f"tensor parallel >= {tp_needed}")
             problems.add(
                 where,
-                "sglang_server_args.mem-fraction-static",
+                f"{instance.get('settings_variable', 'sglang_server_args')}.mem-fraction-static",
                 fraction,
                 f"weights {weight_bytes / GIB:.1f} GiB / tp {instance['tensor_parallel_size']} = {weight_share / GIB:.1f} GiB "
                 f"+ {margin / GIB:.0f} GiB margin need {needed / GIB:.1f} GiB per GPU, but {gpu_mib / 1024:.1f} GiB x {fraction} "

@@ -96,7 +96,11 @@ def group_settings(settings: Mapping[str, Any], group: Mapping[str, Any], first_
     own = {key: group[key] for key in GROUP_KEYS if key in group}
     derived = {
         **settings,
+        # The host's per-index overrides name the host's instances, not a group's.
+        "instance_overrides": {},
         **own,
+        # How a problem of the group's server args names them (the host's, unless the group sets its own).
+        "server_args_variable": f"{VARIABLE}.{group['name']}.server_args" if "server_args" in own else "sglang_server_args",
         "port_base": _after(settings["port_base"], first_instance),
         "nccl_port_base": _after(settings["nccl_port_base"], first_instance),
     }

@@ -186,6 +186,8 @@ def derive_instances(
                 "files": files,
                 "environment": environment,
                 "settings": _merge(settings["server_args"], override.get("server_args")),
+                # The variable its server args come from, for the host-wide checks' messages.
+                "settings_variable": str(settings.get("server_args_variable") or "sglang_server_args"),
                 "speculative": {
                     **{key: value for key, value in speculative.items() if key != "algorithm"},
                     "algorithm": algorithm,

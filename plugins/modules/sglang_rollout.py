@@ -253,6 +253,8 @@ def roll_back(host: Host, instance: dict[str, Any], params: dict[str, Any]) -> s
     if not restored:
         return "no verified configuration to restore (the instance never passed verification); it is left as it is"
     try:
+        # It may be back in some routers already (a gateway's rejoin failed after its host's router took it back).
+        leave_routers(host, instance, params["drain_timeout"])
         start_and_check(host, [instance], params)
         rejoin_routers(host, instance)
     except Exception as error:
@@ -412,9 +414,10 @@ def router_for(url: str, control_keys: list[str], worker_api_key: str = "", work
         return Router(url, key, worker_api_key, worker_url=worker_url)
     raise RolloutError(
         f"the router at {url} refuses the fleet's admin key on /workers (HTTP {refused}); it would keep routing to "
-        "workers that restart: check sglang_router_admin_key against the key the running router was started with "
-        "(the admin key in its keys file, <config dir>/secrets/router.json), or restart the router (systemctl restart "
-        "sglang-router: it reads that file again) and deploy again"
+        "workers that restart: check its admin key (sglang_router_admin_key for a host's router, "
+        "sglang_gateway_admin_key for a fleet gateway) against the key the running router was started with (the "
+        "admin key in its keys file, <config dir>/secrets/router.json or gateway.json), or restart it (systemctl "
+        "restart sglang-router or sglang-gateway: it reads that file again) and deploy again"
     )
 
 
@@ -481,20 +484,25 @@ def main() -> None:
             module.exit_json(changed=bool(names), stopped=[], would_stop=names)
         module.exit_json(changed=bool(names), restarted={}, would_restart=names)
     wanted = [{"url": params["router_url"], "admin_key": params["router_admin_key"], "keys_file": params["router_keys_file"]}]
+    routers = []
     try:
-        routers = [
-            router_for(
+        for spec in [*wanted, *params["gateways"]]:
+            if not spec.get("url"):
+                continue
+            router = router_for(
                 str(spec["url"]),
                 router_keys(str(spec.get("keys_file") or ""), str(spec.get("admin_key") or ""), params["api_key"]),
                 params["api_key"],
                 str(spec.get("worker_url") or "url"),
             )
-            for spec in [*wanted, *params["gateways"]]
-            if spec.get("url")
-        ]
+            if router:
+                routers.append(router)
+            elif spec in params["gateways"]:
+                # Not started yet (the run that adds it starts it after the servers), or not reachable from here.
+                module.warn(f"the gateway at {spec['url']} did not answer: these instances restart without leaving it")
     except RolloutError as error:
         module.fail_json(msg=f"Rollout not started: {error}", changed=False, restarted={}, not_attempted=names)
-    host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), routers=[r for r in routers if r])
+    host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), routers=routers)
     if params["stop"]:
         module.exit_json(changed=True, stopped=stop(host, params["instances"], params))
     result = rollout(host, params["instances"], params)

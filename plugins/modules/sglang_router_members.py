@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +20,7 @@ description:
   - Lists the router's workers (C(GET /workers)) and compares them with I(workers).
   - A planned worker the router does not list, or lists as unhealthy, is registered (again) when the worker itself
     is ready (its I(ready_path) answers 200); one that is not ready is left out and named in C(skipped).
-  - A listed worker that is not planned any more is removed (with I(managed_hosts), only one of those hosts).
+  - A listed worker that is not planned any more is removed (unless its URL host is one of I(keep_hosts)).
   - Changes nothing when the two agree; check mode reports what would change.
 options:
   router_url:
@@ -36,12 +38,20 @@ options:
         a listed worker registered with another model is registered again.
     type: dict
     default: {}
-  managed_hosts:
+  workers_file:
     description:
-      - The URL hosts whose workers this run manages (a fleet gateway - the hosts of the run); a listed worker of
-        another host is left as it is. Omitted - every listed worker is managed.
+      - "A file to keep the router's resulting workers in (JSON: C(workers), a list of C(url) and C(model_id); 0644),
+        which a fleet gateway's launcher reads at start - its workers are not on its command line. Written only when it
+        differs."
+    type: path
+  keep_hosts:
+    description:
+      - URL hosts whose registered workers are left as they are (a fleet gateway - the inventory's hosts outside the
+        run); every other listed worker that is not planned is removed (a host dropped from the inventory, an
+        address that changed).
     type: list
     elements: str
+    default: []
   api_key:
     description: The key the router accepts on C(/workers) (Bearer token); empty for none.
     type: str
@@ -72,6 +82,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+workers_file_changed:
+  description: Whether the workers file differed and was written (in check mode - would be).
+  returned: when workers_file is given
+  type: bool
 added:
   description: Planned workers that were registered (again).
   returned: always
@@ -106,10 +120,10 @@ def plan_changes(
     listed: Sequence[dict[str, Any]],
     planned: Sequence[str],
     ready: Callable[[str], str | None],
-    managed_hosts: Sequence[str] | None = None,
+    keep_hosts: Sequence[str] = (),
     models: Mapping[str, str] | None = None,
 ) -> dict[str, list[Any]]:
-    """What to do: {"add": planned URLs to register, "remove": unplanned URLs (of `managed_hosts` when given),
+    """What to do: {"add": planned URLs to register, "remove": unplanned URLs (but those of `keep_hosts`),
     "skipped": [{url, reason}]}."""
     wanted = [sglang_router_client.normalize_url(url) for url in planned]
     by_url = {str(worker.get("url", "")).rstrip("/"): worker for worker in listed}
@@ -125,10 +139,31 @@ def plan_changes(
         else:
             state = "not listed" if worker is None else "listed as unhealthy"
             skipped.append({"url": url, "reason": f"{state} by the router, and not ready itself ({why})"})
-    remove = sorted(
-        url for url in by_url if url not in wanted and (managed_hosts is None or urlsplit(url).hostname in managed_hosts)
-    )
+    remove = sorted(url for url in by_url if url not in wanted and urlsplit(url).hostname not in keep_hosts)
     return {"add": add, "remove": remove, "skipped": skipped}
+
+
+def keep_workers(path: str, listed: Sequence[Mapping[str, Any]], check_mode: bool = False) -> bool:
+    """Writes the router's workers to `path` (what a gateway's launcher starts with) when it differs; whether it did
+    (or, in check mode, would)."""
+    workers = sorted(
+        ({"url": str(worker.get("url", "")), "model_id": str(worker.get("model_id") or "")} for worker in listed),
+        key=lambda worker: worker["url"],
+    )
+    content = json.dumps({"workers": workers}, indent=1) + "\n"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == content:
+                return False
+    except FileNotFoundError:
+        pass
+    if not check_mode:
+        temporary = f"{path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(content)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    return True
 
 
 def reconcile(
@@ -140,14 +175,15 @@ def reconcile(
     timeout: float = 120.0,
     check_mode: bool = False,
     ready: Callable[[str], str | None] | None = None,
-    managed_hosts: Sequence[str] | None = None,
+    keep_hosts: Sequence[str] = (),
     models: Mapping[str, str] | None = None,
+    workers_file: str | None = None,
 ) -> dict[str, Any]:
     """Brings the router's workers to `planned`; returns changed, added, removed, skipped."""
     probe = ready or (lambda url: worker_ready(url, ready_path, worker_api_key))
     listed = sglang_router_client.list_workers(router_url, api_key=api_key)
     models = {sglang_router_client.normalize_url(url): str(model) for url, model in (models or {}).items()}
-    changes = plan_changes(listed, planned, probe, managed_hosts, models)
+    changes = plan_changes(listed, planned, probe, keep_hosts, models)
     if not check_mode:
         for url in changes["remove"]:
             sglang_router_client.remove_worker(router_url, url, timeout=30, api_key=api_key)
@@ -162,8 +198,13 @@ def reconcile(
                 replace=True,
                 model_id=models.get(url, ""),
             )
+    kept = {}
+    if workers_file:
+        listed = sglang_router_client.list_workers(router_url, api_key=api_key)
+        kept["workers_file_changed"] = keep_workers(workers_file, listed, check_mode)
     return {
-        "changed": bool(changes["add"] or changes["remove"]),
+        **kept,
+        "changed": bool(changes["add"] or changes["remove"] or kept.get("workers_file_changed")),
         "added": changes["add"],
         "removed": changes["remove"],
         "skipped": changes["skipped"],
@@ -177,7 +218,8 @@ def main() -> None:
         argument_spec={
             "router_url": {"type": "str", "required": True},
             "workers": {"type": "list", "elements": "str", "required": True},
-            "managed_hosts": {"type": "list", "elements": "str"},
+            "keep_hosts": {"type": "list", "elements": "str", "default": []},
+            "workers_file": {"type": "path"},
             "models": {"type": "dict", "default": {}},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "worker_api_key": {"type": "str", "default": "", "no_log": True},
@@ -196,8 +238,9 @@ def main() -> None:
             ready_path=params["ready_path"],
             timeout=params["timeout"],
             check_mode=module.check_mode,
-            managed_hosts=params["managed_hosts"],
+            keep_hosts=params["keep_hosts"],
             models=params["models"],
+            workers_file=params["workers_file"],
         )
     except sglang_router_client.RouterError as error:
         if module.check_mode and error.status in (None, 401, 403):

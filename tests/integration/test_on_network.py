@@ -85,6 +85,10 @@ def keyed(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ke
     assert http_status("b200", "http://127.0.0.1:30003/v1/models") == 200
     assert on_host(STOPPED[0], "systemctl", "is-active", f"{STOPPED[1]}.service").strip() == "active"
     assert on_host("b200", "ls", "/etc/sglang-fleet/secrets") == "router.json\n", "only the router's admin key is left"
+    # ct129's gateway is gone with its files: no unit, keys or workers file.
+    assert "sglang-gateway" not in on_host("ct129", "ls", "/etc/systemd/system")
+    assert on_host("ct129", "ls", "-A", "/etc/sglang-fleet/secrets") == ""
+    assert "gateway-workers.json" not in on_host("ct129", "ls", "-A", "/var/lib/sglang")
     assert json.loads(on_host("b200", "cat", "/etc/sglang-fleet/secrets/router.json"))["api_key"] == ""
 
 
@@ -233,6 +237,9 @@ def test_one_gateway_routes_to_both_hosts_and_a_rolling_restart_of_all_eight_fai
     assert router_report["requests"] > 50 and router_report["failed"] == 0, router_report
     assert router_report["fewest_in_rotation"] == 6 and router_report["most_in_rotation"] == 7, router_report
     assert gateway_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
+    # A gateway that restarts (a crash, a reboot) starts with the workers its last deploy registered.
+    on_host("ct129", "systemctl", "restart", "sglang-gateway.service")
+    assert wait_until(lambda: {url for url, (_, healthy) in gateway_workers().items() if healthy} == set(FLEET_WORKERS), 60)
 
 
 def prometheus(path: str) -> Any:

@@ -54,6 +54,7 @@ def test_prometheus_targets_and_alert_rules(sandbox: Run, tmp_path: Path) -> Non
         "SGLangAcceptLengthCollapsed",
         "SGLangQueueGrowing",
         "SGLangRouterDown",
+        "SGLangGatewayDown",
         "SGLangRouterWorkerUnhealthy",
     }
     metrics = on_host(

@@ -101,8 +101,10 @@ def test_a_worker_left_out_of_the_router_is_put_back_by_the_next_run(sandbox: Ru
     starts = unit_starts("b200")
     converged = run_playbook("deploy.yml", limit="b200")
     assert converged.rc == 0, converged.failure_messages()
-    reconciled = [(host, task) for host, task, _ in converged.changed() if task.startswith("Reconcile the router's workers")]
-    assert reconciled == [("b200", "Reconcile the router's workers with the planned instances")], converged.changed()
+    reconciled = [change for change in converged.changed() if change[1].startswith("Reconcile the routers' workers")]
+    assert reconciled == [("b200", "Reconcile the routers' workers with the planned instances", "sglang-router.service")], (
+        converged.changed()
+    )
     assert router_worker_urls(healthy=True) == [f"http://127.0.0.1:{30000 + i}" for i in range(7)]
     assert unit_starts("b200") == starts, "no worker was restarted for it"
     assert run_playbook("deploy.yml", limit="b200").changed() == [], "the next run finds nothing to reconcile"

@@ -56,22 +56,24 @@ def test_another_host_reaches_a_server_at_its_bind_address_or_the_hosts_advertis
 
 
 def test_the_gateway_knows_its_own_instances_by_loopback_and_others_by_their_remote_url(hostvars: dict[str, Any]) -> None:
-    members = sglang_gateway_members(hostvars, ["ct129", "b200"], "ct129")
-    assert members == {
-        "workers": ["http://127.0.0.1:30000", "http://b200:30000", "http://b200:30001"],
-        "models": dict.fromkeys(["http://127.0.0.1:30000", "http://b200:30000", "http://b200:30001"], "qwen"),
-        "managed": ["127.0.0.1", "b200"],
-    }
-    # A run limited to ct129 manages (and may drop) only ct129's workers.
-    assert sglang_gateway_members(hostvars, ["ct129"], "ct129")["managed"] == ["127.0.0.1"]
+    hostvars["b200"]["sglang_router"] = {"gateways": sglang_gateway_routes(hostvars, "b200", ["ct129"])}
+    members = sglang_gateway_members(hostvars, ["ct129", "b200"], "ct129", ["ct129", "b200"])
+    urls = ["http://127.0.0.1:30000", "http://b200:30000", "http://b200:30001"]
+    assert members == {"workers": urls, "models": dict.fromkeys(urls, "qwen"), "keep": []}
+    # A run limited to ct129 keeps b200's registered workers (by its address).
+    assert sglang_gateway_members(hostvars, ["ct129"], "ct129", ["ct129", "b200"])["keep"] == ["b200"]
+    # A host whose rollouts do not drain from this gateway (its sglang_gateway_hosts names another) is not registered.
+    hostvars["b200"]["sglang_router"] = {"gateways": []}
+    assert sglang_gateway_members(hostvars, ["ct129", "b200"], "ct129", ["ct129", "b200"])["workers"] == urls[:1]
 
 
 def test_a_rollout_drains_from_the_gateway_as_its_host_reaches_it(hostvars: dict[str, Any]) -> None:
     assert sglang_gateway_routes(hostvars, "b200", ["ct129"]) == [
-        {"url": "http://ct129:30200", "admin_key": "gateway-admin", "keys_file": "", "worker_url": "remote_url"}
+        {"host": "ct129", "url": "http://ct129:30200", "admin_key": "gateway-admin", "keys_file": "", "worker_url": "remote_url"}
     ]
     assert sglang_gateway_routes(hostvars, "ct129", ["ct129"]) == [
         {
+            "host": "ct129",
             "url": "http://127.0.0.1:30200",
             "admin_key": "gateway-admin",
             "keys_file": "/etc/sglang-fleet/secrets/gateway.json",

@@ -185,3 +185,13 @@ def test_the_router_launcher_refuses_a_key_on_the_command_line(tmp_path: Path) -
     keys = write_keys(tmp_path / "router.json")
     with pytest.raises(SystemExit, match="--api-key belongs in"):
         launcher.main([str(keys), "--port", "30100", "--api-key", KEY], entry_point="nothing_to_run")
+
+
+def test_a_gateway_starts_with_the_workers_its_last_deploy_registered(tmp_path: Path) -> None:
+    launcher = load(ROUTER_LAUNCHER)
+    workers = tmp_path / "gateway-workers.json"
+    assert launcher.worker_args(str(workers)) == [], "a first start: no file yet"
+    workers.write_text(json.dumps({"workers": [{"url": "http://127.0.0.1:30000"}, {"url": "http://b200:30001"}]}))
+    assert launcher.worker_args(str(workers)) == ["--worker-urls", "http://127.0.0.1:30000", "http://b200:30001"]
+    workers.write_text(json.dumps({"workers": []}))
+    assert launcher.worker_args(str(workers)) == []

@@ -124,6 +124,31 @@ def test_every_router_and_gateway_takes_the_instance_out_and_back_by_the_url_it_
                    "router-add 30000", "gateway-add 40000"]  # fmt: skip
 
 
+class RefusingGateway(FakeRouter):
+    """A gateway that cannot take the worker back (it cannot reach it)."""
+
+    def add(self, url: str, model_id: str = "") -> None:
+        self.log.append(f"{self.name}-add {url.rsplit(':', 1)[1]} refused")
+        raise sglang_router_client.RouterError("does not list it as healthy")
+
+
+def test_a_failed_gateway_rejoin_rolls_back_only_after_taking_the_instance_out_of_every_router_again(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    log: list[str] = []
+    host = fake_host(log, FakeServers(log))
+    host.routers.append(RefusingGateway(log, "gateway", "remote_url"))
+    server = {**instance(30000, tmp_path, written=True), "remote_url": "http://b200:40000"}
+    result = module.rollout(host, [server], params)
+    assert result["failed"] == "sglang-30000"
+    first_rejoin = log.index("router-add 30000")
+    assert log[first_rejoin + 1 :] == [
+        "gateway-add 40000 refused",
+        "router-remove 30000", "gateway-remove 40000", "restart sglang-30000.service", "ready sglang-30000",
+        "router-add 30000", "gateway-add 40000 refused",
+    ]  # fmt: skip
+
+
 def test_a_reshape_stop_drains_each_instance_out_of_the_router_first(tmp_path: Path, params: dict[str, Any]) -> None:
     log: list[str] = []
     stopped = module.stop(fake_host(log, FakeServers(log)), [instance(30001, tmp_path), instance(30002, tmp_path)], params)

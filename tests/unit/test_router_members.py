@@ -6,6 +6,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,16 +85,16 @@ def test_a_worker_the_plan_no_longer_has_is_removed(router: FakeRouter) -> None:
     assert changes(router) == [("DELETE", f"/workers/{gone}")]
 
 
-def test_a_gateway_drops_only_workers_of_the_hosts_it_manages(router: FakeRouter) -> None:
-    """A fleet gateway's run covers some hosts (--limit): an unplanned worker of another host stays registered."""
+def test_a_gateway_keeps_the_workers_of_hosts_outside_the_run_and_drops_any_other_unplanned_one(router: FakeRouter) -> None:
+    """A run limited to some hosts leaves the others' workers; a host dropped from the inventory, or a worker
+    registered under an address that changed, is removed."""
     router.register(W1)
     router.register("http://b200:30001")
-    gone = router.register("http://b200:30002")
-    result = module.reconcile(router.url, [W1, "http://b200:30001"], ready=ready, timeout=10, managed_hosts=["b200"])
-    assert result["removed"] == ["http://b200:30002"]
+    gone = router.register("http://old-name:30002")
+    result = module.reconcile(router.url, [W1], ready=ready, timeout=10, keep_hosts=["b200"])
+    assert result["removed"] == ["http://old-name:30002"]
     assert changes(router) == [("DELETE", f"/workers/{gone}")]
-    kept = module.reconcile(router.url, [], ready=ready, timeout=10, managed_hosts=["ct129"])
-    assert kept["removed"] == [] and len(router.workers) == 2
+    assert sorted(router.workers) == [W1, "http://b200:30001"]
 
 
 def test_a_worker_registered_with_another_model_is_registered_again_with_its_own() -> None:
@@ -105,6 +106,20 @@ def test_a_worker_registered_with_another_model_is_registered_again_with_its_own
     changes = module.plan_changes(listed, [W1, W2], ready, models={W1: "tiny-qwen3.5", W2: "tiny-qwen3.5"})
     assert changes == {"add": [W2], "remove": [], "skipped": []}
     assert module.plan_changes(listed, [W1, W2], ready)["add"] == [], "no model planned: none compared"
+
+
+def test_the_gateways_registry_is_kept_in_its_workers_file_which_changes_only_with_it(router: FakeRouter, tmp_path: Path) -> None:
+    kept = tmp_path / "gateway-workers.json"
+    router.register("http://b200:30001")
+    first = module.reconcile(router.url, [W1], ready=ready, timeout=10, keep_hosts=["b200"], workers_file=str(kept))
+    assert first["changed"] and first["workers_file_changed"]
+    assert [worker["url"] for worker in json.loads(kept.read_text())["workers"]] == [
+        "http://127.0.0.1:41001",
+        "http://b200:30001",
+    ]
+    again = module.reconcile(router.url, [W1], ready=ready, timeout=10, keep_hosts=["b200"], workers_file=str(kept))
+    assert not again["changed"] and not again["workers_file_changed"]
+    assert oct(kept.stat().st_mode & 0o777) == "0o644"
 
 
 def test_nothing_changes_when_the_router_has_the_planned_workers(router: FakeRouter) -> None:

@@ -12,12 +12,18 @@ sglang-router 0.3.2 then behaves as follows: the client key is required on the i
 workers given with ``--worker-urls``; the admin key, and only it, unlocks the worker registry (``/workers``) and
 gets 401 on the inference routes; the client key gets 401 on ``/workers``.
 
+A fleet gateway, whose workers are registered through its worker registry (``/workers``) rather than on its command
+line, also names a workers file in the environment (``SGLANG_FLEET_WORKERS_FILE``: JSON ``{"workers": [{"url": ...},
+...]}``, the registry as the last deploy left it): the launcher adds ``--worker-urls`` with those URLs, so a gateway
+that restarts (a crash, a reboot, a changed unit) routes to the fleet's workers again without waiting for a deploy.
+
 Installed by the fleet (role sglang_router) and run with the venv's ``python -I``; standard library only.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import sys
 
@@ -43,6 +49,20 @@ def key_args(keys: dict[str, str]) -> list[str]:
     return args
 
 
+WORKERS_FILE = "SGLANG_FLEET_WORKERS_FILE"
+
+
+def worker_args(path: str) -> list[str]:
+    """``--worker-urls`` with the URLs the workers file lists; none when there is no file yet (a first start)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            workers = json.load(handle).get("workers") or []
+    except FileNotFoundError:
+        return []
+    urls = [str(worker["url"]) for worker in workers if isinstance(worker, dict) and worker.get("url")]
+    return ["--worker-urls", *urls] if urls else []
+
+
 def main(argv: list[str] | None = None, entry_point: str = ENTRY_POINT) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
@@ -51,7 +71,8 @@ def main(argv: list[str] | None = None, entry_point: str = ENTRY_POINT) -> None:
     for flag in ("--api-key", "--control-plane-api-keys"):
         if any(arg == flag or arg.startswith(flag + "=") for arg in args[1:]):
             raise SystemExit(f"{flag} belongs in {args[0]}, not on the command line")
-    sys.argv = [entry_point, *args[1:], *key_args(keys)]
+    workers = worker_args(os.environ[WORKERS_FILE]) if os.environ.get(WORKERS_FILE) and "--worker-urls" not in args else []
+    sys.argv = [entry_point, *args[1:], *workers, *key_args(keys)]
     runpy.run_module(entry_point, run_name="__main__", alter_sys=True)
 
 
