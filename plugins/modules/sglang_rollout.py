@@ -66,8 +66,8 @@ options:
     default: ""
   gateways:
     description: >-
-      The fleet gateways that route to these instances, each C({url, admin_key, keys_file, worker_url}) - the gateway's
-      URL as this host reaches it, its admin key (never logged), its keys file when it runs on this host (else empty),
+      The fleet gateways that route to these instances, each C({host, url, admin_key, keys_file, worker_url}) - the
+      gateway's inventory host, its URL as this host reaches it, its admin key (never logged), its keys file when it runs on this host (else empty),
       and which of an instance's URLs it knows the worker by (C(url) on its own host, C(remote_url) on another).
     type: list
     elements: dict
@@ -461,6 +461,7 @@ def main() -> None:
                 "elements": "dict",
                 "default": [],
                 "options": {
+                    "host": {"type": "str", "default": ""},
                     "url": {"type": "str", "required": True},
                     "admin_key": {"type": "str", "default": "", "no_log": True},
                     "keys_file": {"type": "str", "default": ""},
