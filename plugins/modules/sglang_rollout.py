@@ -67,8 +67,9 @@ options:
   gateways:
     description: >-
       The fleet gateways that route to these instances, each C({host, url, admin_key, keys_file, worker_url}) - the
-      gateway's inventory host, its URL as this host reaches it, its admin key (never logged), its keys file when it runs on this host (else empty),
-      and which of an instance's URLs it knows the worker by (C(url) on its own host, C(remote_url) on another).
+      gateway's inventory host, its URL as this host reaches it, its admin key (never logged), its keys file when it
+      runs on this host (else empty), and which of an instance's URLs it knows the worker by (C(url) on its own host,
+      C(remote_url) on another).
     type: list
     elements: dict
     default: []
