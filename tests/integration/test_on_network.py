@@ -27,6 +27,7 @@ STOPPED = ("b200", "sglang-30002")
 GATEWAY = "http://127.0.0.1:30200"
 ROUTER = "http://127.0.0.1:30100"
 GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
+ROUTER_KEYS = "/etc/sglang-fleet/secrets/router.json"
 # b200 in two instance groups: five workers of the fleet's (mirror's) model, two of the Qwen3.6-27B stand-in.
 MIRROR_MODEL, OTHER_MODEL = "tiny-qwen3.5", "qwen3.6-27b"
 B200_GROUPS = [
@@ -154,16 +155,18 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(keyed: Keyed
     assert all(r["failed"] == 0 for endpoint in measured for r in endpoint["results"]), "the key reached the servers"
 
 
-def gateway_workers() -> dict[str, tuple[str, bool]]:
-    """The gateway's workers (URL -> the model it routes to them, healthy), listed with its admin key inside ct129."""
+def registered_workers(host: str = "ct129", url: str = GATEWAY, keys_file: str = GATEWAY_KEYS) -> dict[str, tuple[str, bool]]:
+    """A router's workers (URL -> the model it routes to them, healthy), listed with its admin key inside its host (by
+    default ct129's gateway); none while it does not answer (starting)."""
     script = (
         "import json, sys, urllib.request\n"
         "key = json.load(open(sys.argv[2]))['admin_key']\n"
         "request = urllib.request.Request(sys.argv[1] + '/workers', headers={'Authorization': 'Bearer ' + key})\n"
-        "workers = json.load(urllib.request.urlopen(request, timeout=30))['workers']\n"
+        "try:\n    workers = json.load(urllib.request.urlopen(request, timeout=30))['workers']\n"
+        "except OSError:\n    workers = []\n"
         "print(json.dumps({worker['url']: [worker['model_id'], worker['is_healthy']] for worker in workers}))\n"
     )
-    listed = json.loads(on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS))
+    listed = json.loads(on_host(host, "python3", "-c", script, url, keys_file))
     return {url: (model, healthy) for url, (model, healthy) in listed.items()}
 
 
@@ -183,7 +186,7 @@ def test_the_gateway_routes_each_request_to_the_workers_of_the_model_it_names(ke
     """b200 serves two models (instance groups); through ct129's gateway a client picks one by name and only its
     workers answer; a model nobody serves is refused."""
     assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
-    assert gateway_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
+    assert registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
     other = [("b200", 30005), ("b200", 30006)]
     mirror = [("ct129", 30000)] + [("b200", 30000 + index) for index in range(5)]
     before = {worker: chat_requests(*worker) for worker in other + mirror}
@@ -212,7 +215,7 @@ def test_one_gateway_routes_to_both_hosts_and_a_rolling_restart_of_all_eight_fai
     keys = json.loads(on_host("ct129", "cat", GATEWAY_KEYS))
     assert keys["api_key"] == API_KEY and len(keys["admin_key"]) == 40
     assert all(keys["admin_key"] not in json.dumps(event) for event in keyed.deployed.events)
-    assert gateway_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
+    assert registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
     with (
         load_through_router(GATEWAY, host="ct129", keys_file=GATEWAY_KEYS, model=MIRROR_MODEL) as report,
         load_through_router(ROUTER, host="b200", model=MIRROR_MODEL) as router_report,
@@ -236,7 +239,14 @@ def test_one_gateway_routes_to_both_hosts_and_a_rolling_restart_of_all_eight_fai
     assert report["fewest_in_rotation"] == 7 and report["most_in_rotation"] == 8, report
     assert router_report["requests"] > 50 and router_report["failed"] == 0, router_report
     assert router_report["fewest_in_rotation"] == 6 and router_report["most_in_rotation"] == 7, router_report
-    assert gateway_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
+    assert registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
+    # A gateway or router that restarts (a crash, a reboot) registers again, each with its model, the workers its last
+    # deploy registered (sglang-router's multi-model mode ignores --worker-urls).
+    on_host("ct129", "systemctl", "restart", "sglang-gateway.service")
+    on_host("b200", "systemctl", "restart", "sglang-router.service")
+    assert wait_until(lambda: registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}, 60)
+    router_workers = {url.replace("b200", "127.0.0.1"): (model, True) for url, model in FLEET_WORKERS.items() if "b200" in url}
+    assert wait_until(lambda: registered_workers("b200", ROUTER, ROUTER_KEYS) == router_workers, 60)
 
 
 def prometheus(path: str) -> Any:

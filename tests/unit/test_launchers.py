@@ -187,11 +187,69 @@ def test_the_router_launcher_refuses_a_key_on_the_command_line(tmp_path: Path) -
         launcher.main([str(keys), "--port", "30100", "--api-key", KEY], entry_point="nothing_to_run")
 
 
-def test_a_gateway_starts_with_the_workers_its_last_deploy_registered(tmp_path: Path) -> None:
+# A router that answers /liveness and 202 to POST /workers, until it has the posts it expects; then it reports them.
+FAKE_REGISTRY = """
+import json, os, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+posts = []
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/liveness" else 404)
+        self.end_headers()
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        posts.append({"path": self.path, "authorization": self.headers.get("Authorization"), "body": body})
+        self.send_response(202)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+time.sleep(1)  # the launcher's registration asks before this router listens
+server = HTTPServer(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])), Handler)
+server.timeout = 0.2
+deadline = time.monotonic() + 30
+while len(posts) < int(os.environ["FAKE_ROUTER_EXPECT"]) and time.monotonic() < deadline:
+    server.handle_request()
+json.dump(posts, open(os.environ["FAKE_ROUTER_REPORT"], "w"))
+"""
+
+
+def test_a_gateway_registers_the_workers_its_last_deploy_left_once_it_answers(tmp_path: Path) -> None:
+    """sglang-router 0.3.2 drops --worker-urls in its multi-model mode: the launcher registers the workers file's
+    workers, each with its model, through the registry with the admin key, once the router answers."""
+    package = tmp_path / "sglang_router"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_router.py").write_text(FAKE_REGISTRY)
+    keys = write_keys(tmp_path / "gateway.json")
+    workers = tmp_path / "gateway-workers.json"
+    listed = [{"url": "http://127.0.0.1:30000", "model_id": "tiny"}, {"url": "http://b200:30006", "model_id": "other"}]
+    workers.write_text(json.dumps({"workers": listed}))
+    report = tmp_path / "report.json"
+    started = subprocess.run(
+        [sys.executable, str(ROUTER_LAUNCHER), str(keys), "--host", "0.0.0.0", "--port", str(free_port()), "--enable-igw"],
+        env=clean_environment(
+            PYTHONPATH=str(tmp_path),
+            FAKE_ROUTER_REPORT=str(report),
+            FAKE_ROUTER_EXPECT="2",
+            SGLANG_FLEET_WORKERS_FILE=str(workers),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    posts = json.loads(report.read_text())
+    assert posts == [
+        {"path": "/workers", "authorization": f"Bearer {ADMIN_KEY}", "body": {**worker, "api_key": KEY}} for worker in listed
+    ]
+    assert f"registered 2 of 2 worker(s) from {workers}" in started.stderr
+
+
+def test_a_first_start_has_no_workers_file_and_a_worker_needs_a_url(tmp_path: Path) -> None:
     launcher = load(ROUTER_LAUNCHER)
     workers = tmp_path / "gateway-workers.json"
-    assert launcher.worker_args(str(workers)) == [], "a first start: no file yet"
-    workers.write_text(json.dumps({"workers": [{"url": "http://127.0.0.1:30000"}, {"url": "http://b200:30001"}]}))
-    assert launcher.worker_args(str(workers)) == ["--worker-urls", "http://127.0.0.1:30000", "http://b200:30001"]
-    workers.write_text(json.dumps({"workers": []}))
-    assert launcher.worker_args(str(workers)) == []
+    assert launcher.read_workers(str(workers)) == []
+    workers.write_text(json.dumps({"workers": [{"url": "http://b200:30001"}, {"model_id": "no url"}, "junk"]}))
+    assert launcher.read_workers(str(workers)) == [{"url": "http://b200:30001", "model_id": ""}]
+    assert launcher.router_url(["--host", "::", "--port", "30200"]) == "http://[::1]:30200"
+    assert launcher.router_url(["--port=30200", "--host=10.0.0.5"]) == "http://10.0.0.5:30200"

@@ -281,8 +281,8 @@ def render_router(process: dict[str, Any] | None = None, **variables: Any) -> st
         "description": "SGLang router on port 30100 in front of 1 instance(s)",
         "after": ["sglang-30000.service"],
         "keys_file": context["_sglang_router_keys_file"],
-        "argv": ["--host", "127.0.0.1", "--port", "30100", "--worker-urls", "http://127.0.0.1:30000"],
-        "environment": {},
+        "argv": ["--host", "127.0.0.1", "--port", "30100"],
+        "environment": {"SGLANG_FLEET_WORKERS_FILE": "/var/lib/sglang/router-workers.json"},
         **process,
     }
     return environment.get_template("sglang-router.service.j2").render(**context)
@@ -305,9 +305,8 @@ def test_the_router_takes_its_keys_from_its_launcher_never_from_its_command_line
         "127.0.0.1",
         "--port",
         "30100",
-        "--worker-urls",
-        "http://127.0.0.1:30000",
     ]
+    assert unit["Environment"] == "SGLANG_FLEET_WORKERS_FILE=/var/lib/sglang/router-workers.json"
 
 
 def test_a_gateway_in_front_of_several_models_reads_its_vocabulary_from_the_file_the_role_sends() -> None:

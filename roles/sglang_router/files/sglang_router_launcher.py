@@ -13,9 +13,12 @@ workers given with ``--worker-urls``; the admin key, and only it, unlocks the wo
 gets 401 on the inference routes; the client key gets 401 on ``/workers``.
 
 A fleet gateway, whose workers are registered through its worker registry (``/workers``) rather than on its command
-line, also names a workers file in the environment (``SGLANG_FLEET_WORKERS_FILE``: JSON ``{"workers": [{"url": ...},
-...]}``, the registry as the last deploy left it): the launcher adds ``--worker-urls`` with those URLs, so a gateway
-that restarts (a crash, a reboot, a changed unit) routes to the fleet's workers again without waiting for a deploy.
+line, also names a workers file in the environment (``SGLANG_FLEET_WORKERS_FILE``: JSON ``{"workers": [{"url": ...,
+"model_id": ...}, ...]}``, the registry as the last deploy left it): a detached process of the launcher waits until the
+router answers (``/liveness``) and registers those workers through the registry, each with its model, so a gateway that
+restarts (a crash, a reboot, a changed unit) routes to the fleet's workers again without waiting for a deploy. Not
+``--worker-urls``: sglang-router 0.3.2 drops those in its multi-model mode (``--enable-igw`` logs ``mode: Regular {
+worker_urls: [] }``), and they carry no model.
 
 Installed by the fleet (role sglang_router) and run with the venv's ``python -I``; standard library only.
 """
@@ -26,6 +29,9 @@ import json
 import os
 import runpy
 import sys
+import time
+import urllib.error
+import urllib.request
 
 ENTRY_POINT = "sglang_router.launch_router"
 ADMIN_KEY_PREFIX = "fleet:sglang-fleet:admin:"  # id:name:role:key
@@ -50,17 +56,107 @@ def key_args(keys: dict[str, str]) -> list[str]:
 
 
 WORKERS_FILE = "SGLANG_FLEET_WORKERS_FILE"
+# How the launcher reaches the router it starts when that listens on every address.
+ANY_ADDRESS = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 
 
-def worker_args(path: str) -> list[str]:
-    """``--worker-urls`` with the URLs the workers file lists; none when there is no file yet (a first start)."""
+def read_workers(path: str) -> list[dict[str, str]]:
+    """The workers file's workers (URL and model); none when there is no file yet (a first start)."""
     try:
         with open(path, encoding="utf-8") as handle:
             workers = json.load(handle).get("workers") or []
     except FileNotFoundError:
         return []
-    urls = [str(worker["url"]) for worker in workers if isinstance(worker, dict) and worker.get("url")]
-    return ["--worker-urls", *urls] if urls else []
+    return [
+        {"url": str(worker["url"]), "model_id": str(worker.get("model_id") or "")}
+        for worker in workers
+        if isinstance(worker, dict) and worker.get("url")
+    ]
+
+
+def option(args: list[str], flag: str, default: str) -> str:
+    """The value of ``flag`` in ``args`` (``--flag value`` or ``--flag=value``)."""
+    for index, arg in enumerate(args):
+        if arg == flag and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return default
+
+
+def router_url(args: list[str]) -> str:
+    """The URL of the router these arguments start (sglang-router's defaults: 127.0.0.1, port 30000)."""
+    host = option(args, "--host", "127.0.0.1")
+    host, port = ANY_ADDRESS.get(host, host), option(args, "--port", "30000")
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def post_worker(url: str, worker: dict[str, str], keys: dict[str, str]) -> int:
+    """``POST /workers`` for one worker with the admin key (the client key when there is none); the HTTP status."""
+    payload = {"url": worker["url"]}
+    if worker["model_id"]:
+        payload["model_id"] = worker["model_id"]
+    if keys.get("api_key"):
+        payload["api_key"] = keys["api_key"]  # the key the router sends the worker: the clients'
+    request = urllib.request.Request(url + "/workers", data=json.dumps(payload).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    admin_key = keys.get("admin_key") or keys.get("api_key")
+    if admin_key:
+        request.add_header("Authorization", "Bearer " + admin_key)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def register(url: str, workers: list[dict[str, str]], keys: dict[str, str], timeout: float = 300.0) -> list[str]:
+    """Waits until the router answers, then registers each worker; returns those it did not accept (202)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/liveness", timeout=5) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            return [worker["url"] for worker in workers]
+        time.sleep(0.5)
+    refused = []
+    for worker in workers:
+        try:
+            status = post_worker(url, worker, keys)
+        except OSError:
+            status = 0
+        if status != 202:
+            refused.append(f"{worker['url']} (HTTP {status})" if status else worker["url"])
+    return refused
+
+
+def register_in_background(args: list[str], keys: dict[str, str], path: str) -> None:
+    """Forks twice: the grandchild registers the workers file's workers once the router answers and exits (systemd
+    reaps it); this process waits only for the child, then runs the router."""
+    workers = read_workers(path)
+    if not workers:
+        return
+    child = os.fork()
+    if child:
+        os.waitpid(child, 0)
+        return
+    try:
+        if os.fork() == 0:
+            refused = register(router_url(args), workers, keys)
+            note = f"; not registered: {', '.join(refused)}" if refused else ""
+            print(
+                f"sglang-fleet: registered {len(workers) - len(refused)} of {len(workers)} worker(s) from {path}{note}",
+                file=sys.stderr,
+                flush=True,
+            )
+    except Exception as error:  # the router runs on; its journal says why the registration stopped
+        print(f"sglang-fleet: registering the workers of {path} failed: {error!r}", file=sys.stderr, flush=True)
+    finally:
+        os._exit(0)
 
 
 def main(argv: list[str] | None = None, entry_point: str = ENTRY_POINT) -> None:
@@ -71,8 +167,9 @@ def main(argv: list[str] | None = None, entry_point: str = ENTRY_POINT) -> None:
     for flag in ("--api-key", "--control-plane-api-keys"):
         if any(arg == flag or arg.startswith(flag + "=") for arg in args[1:]):
             raise SystemExit(f"{flag} belongs in {args[0]}, not on the command line")
-    workers = worker_args(os.environ[WORKERS_FILE]) if os.environ.get(WORKERS_FILE) and "--worker-urls" not in args else []
-    sys.argv = [entry_point, *args[1:], *workers, *key_args(keys)]
+    if os.environ.get(WORKERS_FILE):
+        register_in_background(args[1:], keys, os.environ[WORKERS_FILE])
+    sys.argv = [entry_point, *args[1:], *key_args(keys)]
     runpy.run_module(entry_point, run_name="__main__", alter_sys=True)
 
 
