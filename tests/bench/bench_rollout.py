@@ -95,7 +95,9 @@ def crash_to_failure() -> float:
         )
         run = run_playbook("deploy.yml", inventory=inventory, limit="b200")
     result, _ = roll_task(run)
-    crashed = journal_times("sglang-30004.service", "Main process exited", started)
+    # The crash's own last line (the scheduler's exception), milliseconds before the process is gone: systemd's
+    # "Main process exited" line is not always journaled before the rollout stops the unit.
+    crashed = journal_times("sglang-30004.service", "RuntimeError: bench", started)
     return float(result["failed_at"]) - crashed[0]
 
 

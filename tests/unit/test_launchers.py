@@ -146,11 +146,17 @@ with open(os.environ["FAKE_ROUTER_REPORT"], "w") as report:
 """
 
 
-def test_the_router_launcher_hands_the_keys_over_inside_the_process(tmp_path: Path) -> None:
-    package = tmp_path / "sglang_router"
+def fake_router(directory: Path, source: str) -> Path:
+    """A package `sglang_router` in `directory` whose `launch_router` runs `source`; its module's path."""
+    package = directory / "sglang_router"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "launch_router.py").write_text(FAKE_ROUTER)
+    (package / "launch_router.py").write_text(source)
+    return package / "launch_router.py"
+
+
+def test_the_router_launcher_hands_the_keys_over_inside_the_process(tmp_path: Path) -> None:
+    module = fake_router(tmp_path, FAKE_ROUTER)
     keys = write_keys(tmp_path / "router.json")
     report = tmp_path / "report.json"
     args = ["--host", "127.0.0.1", "--port", "30100", "--worker-urls", "http://127.0.0.1:30000"]
@@ -163,7 +169,7 @@ def test_the_router_launcher_hands_the_keys_over_inside_the_process(tmp_path: Pa
     seen = json.loads(report.read_text())
     assert seen["name"] == "__main__"
     assert seen["argv"] == [
-        str(package / "launch_router.py"),
+        str(module),
         *args,
         f"--api-key={KEY}",
         f"--control-plane-api-keys=fleet:sglang-fleet:admin:{ADMIN_KEY}",
@@ -216,10 +222,7 @@ json.dump(posts, open(os.environ["FAKE_ROUTER_REPORT"], "w"))
 def test_a_gateway_registers_the_workers_its_last_deploy_left_once_it_answers(tmp_path: Path) -> None:
     """sglang-router 0.3.2 drops --worker-urls in its multi-model mode: the launcher registers the workers file's
     workers, each with its model, through the registry with the admin key, once the router answers."""
-    package = tmp_path / "sglang_router"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "launch_router.py").write_text(FAKE_REGISTRY)
+    fake_router(tmp_path, FAKE_REGISTRY)
     keys = write_keys(tmp_path / "gateway.json")
     workers = tmp_path / "gateway-workers.json"
     listed = [{"url": "http://127.0.0.1:30000", "model_id": "tiny"}, {"url": "http://b200:30006", "model_id": "other"}]

@@ -267,6 +267,8 @@ def render_router(process: dict[str, Any] | None = None, **variables: Any) -> st
             "secrets_dir": "/etc/sglang-fleet/secrets",
         },
         "sglang_runtime": {"python": "/opt/sglang/sglang-0.5.23/bin/python", "module": "sglang.launch_server"},
+        # What vars/main.yml derives from the router's settings (the policy and log level flags).
+        "_sglang_router_common_args": ["--policy", "cache_aware", "--log-level", "warn"],
         **variables,
     }
     for name, value in yaml.safe_load((ROUTER / "vars/main.yml").read_text()).items():
@@ -282,7 +284,8 @@ def render_router(process: dict[str, Any] | None = None, **variables: Any) -> st
         "after": ["sglang-30000.service"],
         "keys_file": context["_sglang_router_keys_file"],
         "argv": ["--host", "127.0.0.1", "--port", "30100"],
-        "environment": {"SGLANG_FLEET_WORKERS_FILE": "/var/lib/sglang/router-workers.json"},
+        "workers_file": "/var/lib/sglang/router-workers.json",
+        "by_model": False,
         **process,
     }
     return environment.get_template("sglang-router.service.j2").render(**context)
@@ -305,8 +308,13 @@ def test_the_router_takes_its_keys_from_its_launcher_never_from_its_command_line
         "127.0.0.1",
         "--port",
         "30100",
+        "--policy",
+        "cache_aware",
+        "--log-level",
+        "warn",
     ]
     assert unit["Environment"] == "SGLANG_FLEET_WORKERS_FILE=/var/lib/sglang/router-workers.json"
+    assert "TIKTOKEN_ENCODINGS_BASE" not in text and "--enable-igw" not in text, "one model: sglang-router's regular mode"
 
 
 def test_a_gateway_in_front_of_several_models_reads_its_vocabulary_from_the_file_the_role_sends() -> None:
@@ -315,15 +323,18 @@ def test_a_gateway_in_front_of_several_models_reads_its_vocabulary_from_the_file
             "unit": "sglang-gateway.service",
             "keys_file": "/etc/sglang-fleet/secrets/gateway.json",
             "after": [],
-            "argv": ["--host", "0.0.0.0", "--port", "30200", "--enable-igw"],
-            "environment": {"TIKTOKEN_ENCODINGS_BASE": "/usr/local/lib/sglang-fleet"},
+            "argv": ["--host", "0.0.0.0", "--port", "30200"],
+            "workers_file": "/var/lib/sglang/gateway-workers.json",
+            "by_model": True,
         }
     )
     unit = unit_lines(text)
     assert "Environment=TIKTOKEN_ENCODINGS_BASE=/usr/local/lib/sglang-fleet" in text.splitlines()
     assert unit["SyslogIdentifier"] == "sglang-gateway" and unit["After"] == "network-online.target"
+    assert "Environment=SGLANG_FLEET_WORKERS_FILE=/var/lib/sglang/gateway-workers.json" in text.splitlines()
     assert shlex.split(unit["ExecStart"])[3:] == ["/etc/sglang-fleet/secrets/gateway.json", "--host", "0.0.0.0", "--port",
-                                                  "30200", "--enable-igw"]  # fmt: skip
+                                                  "30200", "--enable-igw", "--policy", "cache_aware", "--log-level",
+                                                  "warn"]  # fmt: skip
     vocabulary = yaml.safe_load((ROUTER / "vars/main.yml").read_text())["_sglang_router_vocabulary"]
     assert vocabulary["dest"] == "{{ sglang_service.helper_dir }}/o200k_base.tiktoken"
 
