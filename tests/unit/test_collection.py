@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 
 import yaml
 from fleet import ROOT
@@ -56,3 +58,19 @@ def test_every_plugin_of_the_collection_documents_itself_as_ansible_doc_reads_it
         assert sorted(docs) == [f"sglang.fleet.{name}" for name in names]
         for name, doc in docs.items():
             assert doc["doc"]["short_description"] and doc["doc"]["description"], name
+
+
+def test_the_model_lock_file_beside_the_hosts_is_no_inventory_source() -> None:
+    """ansible.cfg ignores <inventory_dir>/model-lock.yml as an inventory source: read as one, its `models` key became an
+    empty group and a warning on every run."""
+    listed = subprocess.run(
+        [str(ROOT / ".venv/bin/ansible-inventory"), "-i", "inventory/sandbox", "--list"],
+        cwd=ROOT,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert (ROOT / "inventory/sandbox/model-lock.yml").exists()
+    assert "models" not in json.loads(listed.stdout) and "WARNING" not in listed.stderr, listed.stderr
+    assert set(json.loads(listed.stdout)["sglang_servers"]["hosts"]) == {"ct129", "b200"}
