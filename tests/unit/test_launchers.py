@@ -228,13 +228,15 @@ def test_a_gateway_registers_the_workers_its_last_deploy_left_once_it_answers(tm
     listed = [{"url": "http://127.0.0.1:30000", "model_id": "tiny"}, {"url": "http://b200:30006", "model_id": "other"}]
     workers.write_text(json.dumps({"workers": listed}))
     report = tmp_path / "report.json"
+    port = free_port()
     started = subprocess.run(
-        [sys.executable, str(ROUTER_LAUNCHER), str(keys), "--host", "0.0.0.0", "--port", str(free_port()), "--enable-igw"],
+        [sys.executable, str(ROUTER_LAUNCHER), str(keys), "--host", "0.0.0.0", "--port", str(port), "--enable-igw"],
         env=clean_environment(
             PYTHONPATH=str(tmp_path),
             FAKE_ROUTER_REPORT=str(report),
             FAKE_ROUTER_EXPECT="2",
             SGLANG_FLEET_WORKERS_FILE=str(workers),
+            SGLANG_FLEET_ROUTER_URL=f"http://127.0.0.1:{port}",
         ),
         capture_output=True,
         text=True,
@@ -254,5 +256,11 @@ def test_a_first_start_has_no_workers_file_and_a_worker_needs_a_url(tmp_path: Pa
     assert launcher.read_workers(str(workers)) == []
     workers.write_text(json.dumps({"workers": [{"url": "http://b200:30001"}, {"model_id": "no url"}, "junk"]}))
     assert launcher.read_workers(str(workers)) == [{"url": "http://b200:30001", "model_id": ""}]
-    assert launcher.router_url(["--host", "::", "--port", "30200"]) == "http://[::1]:30200"
-    assert launcher.router_url(["--port=30200", "--host=10.0.0.5"]) == "http://10.0.0.5:30200"
+
+
+def test_a_workers_file_without_the_routers_url_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    launcher = load(ROUTER_LAUNCHER)
+    monkeypatch.setenv("SGLANG_FLEET_WORKERS_FILE", str(tmp_path / "gateway-workers.json"))
+    monkeypatch.delenv("SGLANG_FLEET_ROUTER_URL", raising=False)
+    with pytest.raises(SystemExit, match="SGLANG_FLEET_WORKERS_FILE needs SGLANG_FLEET_ROUTER_URL"):
+        launcher.main([str(write_keys(tmp_path / "gateway.json")), "--port", "30200"], entry_point="nothing_to_run")

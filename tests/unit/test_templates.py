@@ -283,6 +283,7 @@ def render_router(process: dict[str, Any] | None = None, **variables: Any) -> st
         "description": "SGLang router on port 30100 in front of 1 instance(s)",
         "after": ["sglang-30000.service"],
         "keys_file": context["_sglang_router_keys_file"],
+        "url": "http://127.0.0.1:30100",
         "argv": ["--host", "127.0.0.1", "--port", "30100"],
         "workers_file": "/var/lib/sglang/router-workers.json",
         "by_model": False,
@@ -314,6 +315,7 @@ def test_the_router_takes_its_keys_from_its_launcher_never_from_its_command_line
         "warn",
     ]
     assert unit["Environment"] == "SGLANG_FLEET_WORKERS_FILE=/var/lib/sglang/router-workers.json"
+    assert "Environment=SGLANG_FLEET_ROUTER_URL=http://127.0.0.1:30100" in text.splitlines()
     assert "TIKTOKEN_ENCODINGS_BASE" not in text and "--enable-igw" not in text, "one model: sglang-router's regular mode"
 
 

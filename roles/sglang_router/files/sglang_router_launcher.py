@@ -12,13 +12,14 @@ sglang-router 0.3.2 then behaves as follows: the client key is required on the i
 workers given with ``--worker-urls``; the admin key, and only it, unlocks the worker registry (``/workers``) and
 gets 401 on the inference routes; the client key gets 401 on ``/workers``.
 
-A fleet gateway, whose workers are registered through its worker registry (``/workers``) rather than on its command
-line, also names a workers file in the environment (``SGLANG_FLEET_WORKERS_FILE``: JSON ``{"workers": [{"url": ...,
-"model_id": ...}, ...]}``, the registry as the last deploy left it): a detached process of the launcher waits until the
-router answers (``/liveness``) and registers those workers through the registry, each with its model, so a gateway that
-restarts (a crash, a reboot, a changed unit) routes to the fleet's workers again without waiting for a deploy. Not
-``--worker-urls``: sglang-router 0.3.2 drops those in its multi-model mode (``--enable-igw`` logs ``mode: Regular {
-worker_urls: [] }``), and they carry no model.
+The fleet registers a router's (or gateway's) workers through its worker registry (``/workers``), not on its command
+line, and names in the environment a workers file (``SGLANG_FLEET_WORKERS_FILE``: JSON ``{"workers": [{"url": ...,
+"model_id": ...}, ...]}``, the registry as the last deploy left it) and the router's own URL
+(``SGLANG_FLEET_ROUTER_URL``): a detached process of the launcher waits until the router answers there (``/liveness``)
+and registers those workers through the registry, each with its model, so a router that restarts (a crash, a reboot, a
+changed unit) routes to its workers again without waiting for a deploy. Not ``--worker-urls``: sglang-router 0.3.2
+drops those in its multi-model mode (``--enable-igw`` logs ``mode: Regular { worker_urls: [] }``), and they carry no
+model.
 
 Installed by the fleet (role sglang_router) and run with the venv's ``python -I``; standard library only.
 """
@@ -56,8 +57,8 @@ def key_args(keys: dict[str, str]) -> list[str]:
 
 
 WORKERS_FILE = "SGLANG_FLEET_WORKERS_FILE"
-# How the launcher reaches the router it starts when that listens on every address.
-ANY_ADDRESS = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+# The router's URL as the fleet's own clients reach it (the role's rule for an address that listens everywhere).
+ROUTER_URL = "SGLANG_FLEET_ROUTER_URL"
 
 
 def read_workers(path: str) -> list[dict[str, str]]:
@@ -72,23 +73,6 @@ def read_workers(path: str) -> list[dict[str, str]]:
         for worker in workers
         if isinstance(worker, dict) and worker.get("url")
     ]
-
-
-def option(args: list[str], flag: str, default: str) -> str:
-    """The value of ``flag`` in ``args`` (``--flag value`` or ``--flag=value``)."""
-    for index, arg in enumerate(args):
-        if arg == flag and index + 1 < len(args):
-            return args[index + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return default
-
-
-def router_url(args: list[str]) -> str:
-    """The URL of the router these arguments start (sglang-router's defaults: 127.0.0.1, port 30000)."""
-    host = option(args, "--host", "127.0.0.1")
-    host, port = ANY_ADDRESS.get(host, host), option(args, "--port", "30000")
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def post_worker(url: str, worker: dict[str, str], keys: dict[str, str]) -> int:
@@ -134,7 +118,7 @@ def register(url: str, workers: list[dict[str, str]], keys: dict[str, str], time
     return refused
 
 
-def register_in_background(args: list[str], keys: dict[str, str], path: str) -> None:
+def register_in_background(url: str, keys: dict[str, str], path: str) -> None:
     """Forks twice: the grandchild registers the workers file's workers once the router answers and exits (systemd
     reaps it); this process waits only for the child, then runs the router."""
     workers = read_workers(path)
@@ -146,7 +130,7 @@ def register_in_background(args: list[str], keys: dict[str, str], path: str) -> 
         return
     try:
         if os.fork() == 0:
-            refused = register(router_url(args), workers, keys)
+            refused = register(url, workers, keys)
             note = f"; not registered: {', '.join(refused)}" if refused else ""
             print(
                 f"sglang-fleet: registered {len(workers) - len(refused)} of {len(workers)} worker(s) from {path}{note}",
@@ -168,7 +152,9 @@ def main(argv: list[str] | None = None, entry_point: str = ENTRY_POINT) -> None:
         if any(arg == flag or arg.startswith(flag + "=") for arg in args[1:]):
             raise SystemExit(f"{flag} belongs in {args[0]}, not on the command line")
     if os.environ.get(WORKERS_FILE):
-        register_in_background(args[1:], keys, os.environ[WORKERS_FILE])
+        if not os.environ.get(ROUTER_URL):
+            raise SystemExit(f"{WORKERS_FILE} needs {ROUTER_URL}: the URL to register its workers at")
+        register_in_background(os.environ[ROUTER_URL], keys, os.environ[WORKERS_FILE])
     sys.argv = [entry_point, *args[1:], *key_args(keys)]
     runpy.run_module(entry_point, run_name="__main__", alter_sys=True)
 
