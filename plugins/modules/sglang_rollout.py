@@ -446,37 +446,40 @@ def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:
         host.sleep(0.5)
 
 
+ARGUMENT_SPEC: dict[str, Any] = {
+    "instances": {"type": "list", "elements": "dict", "required": True},
+    "stop": {"type": "bool", "default": False},
+    "batch": {"type": "int", "default": 1},
+    "router_url": {"type": "str", "default": ""},
+    "router_admin_key": {"type": "str", "default": "", "no_log": True},
+    "router_keys_file": {"type": "path", "default": ""},
+    "gateways": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {
+            "host": {"type": "str", "default": ""},
+            "url": {"type": "str", "required": True},
+            "admin_key": {"type": "str", "default": "", "no_log": True},
+            "keys_file": {"type": "str", "default": ""},
+            "worker_url": {"type": "str", "default": "url", "choices": ["url", "remote_url"]},
+        },
+    },
+    "drain_timeout": {"type": "float", "default": 60.0},
+    "timeout": {"type": "int", "default": 900},
+    "interval": {"type": "float", "default": 2.0},
+    "probe_tokens": {"type": "int", "default": 256},
+    "min_accept_length": {"type": "float", "default": 1.0},
+    "journal_lines": {"type": "int", "default": 40},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+}
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
     module = AnsibleModule(
-        argument_spec={
-            "instances": {"type": "list", "elements": "dict", "required": True},
-            "stop": {"type": "bool", "default": False},
-            "batch": {"type": "int", "default": 1},
-            "router_url": {"type": "str", "default": ""},
-            "router_admin_key": {"type": "str", "default": "", "no_log": True},
-            "router_keys_file": {"type": "path", "default": ""},
-            "gateways": {
-                "type": "list",
-                "elements": "dict",
-                "default": [],
-                "options": {
-                    "host": {"type": "str", "default": ""},
-                    "url": {"type": "str", "required": True},
-                    "admin_key": {"type": "str", "default": "", "no_log": True},
-                    "keys_file": {"type": "str", "default": ""},
-                    "worker_url": {"type": "str", "default": "url", "choices": ["url", "remote_url"]},
-                },
-            },
-            "drain_timeout": {"type": "float", "default": 60.0},
-            "timeout": {"type": "int", "default": 900},
-            "interval": {"type": "float", "default": 2.0},
-            "probe_tokens": {"type": "int", "default": 256},
-            "min_accept_length": {"type": "float", "default": 1.0},
-            "journal_lines": {"type": "int", "default": 40},
-            "api_key": {"type": "str", "default": "", "no_log": True},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     params = module.params

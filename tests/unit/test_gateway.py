@@ -14,6 +14,7 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_router import (
     sglang_gateway_routes,
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import remote_url
+from ansible_collections.sglang.fleet.plugins.modules import sglang_rollout
 
 KEY = hashlib.sha256(b"client-key").hexdigest()
 
@@ -134,24 +135,7 @@ def test_the_fleets_models_come_from_the_inventory_as_the_plan_names_them() -> N
 
 def test_the_routes_are_what_the_rollout_module_takes() -> None:
     """The fact the server role hands to sglang_rollout's `gateways` holds only the keys that option declares."""
-    import ast
-    from pathlib import Path
-
-    source = Path(__file__).resolve().parents[2] / "plugins/modules/sglang_rollout.py"
-    tree = ast.parse(source.read_text())
-    declared: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Dict):
-            keys = [key.value for key in node.keys if isinstance(key, ast.Constant)]
-            if "gateways" in keys:
-                spec = node.values[keys.index("gateways")]
-                assert isinstance(spec, ast.Dict)
-                inner = {
-                    key.value: value for key, value in zip(spec.keys, spec.values, strict=True) if isinstance(key, ast.Constant)
-                }
-                options = inner["options"]
-                assert isinstance(options, ast.Dict)
-                declared = {str(key.value) for key in options.keys if isinstance(key, ast.Constant)}
+    declared = set(sglang_rollout.ARGUMENT_SPEC["gateways"]["options"])
     hostvars = {"ct129": {"sglang_gateway": gateway_fact()}}
     [route] = sglang_gateway_routes(hostvars, "b200", ["ct129"])
     assert declared and set(route) <= declared, set(route) - declared
