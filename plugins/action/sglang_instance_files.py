@@ -26,10 +26,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     `files`, each {src, dest, owner, group, mode, template, vars, private}, a file of the role's files/ copied as it
     is (or of templates/, rendered, with `template`, and `vars`, variables of that file alone), or {content, dest,
     ...} with the content given (`private` as for templates); `loop_var` (the name the templates know the instance
-    by, default sglang_server_instance); `read`, what to read on the host in the same call (the module's option)."""
+    by, default sglang_server_instance); `read`, what to read on the host in the same call (the module's option).
+    Or `requests`: several of those (each with `role_path`, the role whose templates/ and files/ its `src` names), by
+    name, all handled in the one call and answered in `answers` under their names (deploy's probe); a request's
+    `routers` (the module's option; each `api_key` travels as a private content) are compared there too."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read"))
+    _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read", "requests"))
 
     def render(self, src: str, source: str, dest: str, task_vars: dict[str, Any], extra: dict[str, Any]) -> str:
         """The template at `source` rendered as ansible.builtin.template would for `dest`, with `extra` variables."""
@@ -46,14 +49,24 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         data = trust_as_template(self._loader.get_text_file_contents(source))
         return str(templar.template(data, escape_backslashes=False, overrides=OVERRIDES) or "")
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        args = self._task.args
-        loop_var = str(args.get("loop_var", "sglang_server_instance"))
+    def find(self, kind: str, src: str, role_path: str | None) -> str:
+        """The file `src` of templates/ or files/: the given role's, or (without one) this task's role's."""
+        if role_path is None:
+            return str(self._find_needle(kind, src))
+        source = os.path.join(role_path, kind, src)
+        if not os.path.isfile(source):
+            raise AnsibleActionFail(f"{src}: no such file in {os.path.join(role_path, kind)}")
+        return source
+
+    def collect(
+        self, request: dict[str, Any], task_vars: dict[str, Any], private_contents: list[str]
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """One request's files, rendered ({path, owner, group, mode} with its content, or the index of a private one in
+        `private_contents`), and the instance each instance file belongs to."""
+        loop_var = str(request.get("loop_var", "sglang_server_instance"))
+        role_path = request.get("role_path")
         files: list[dict[str, Any]] = []
-        private_contents: list[str] = []
-        owner_of = {}
+        owner_of: dict[str, str] = {}
 
         def add(path: str, content: str, attributes: dict[str, Any], private: bool) -> None:
             """One file to write; a private one's content travels apart, never logged, never in a diff."""
@@ -65,38 +78,73 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 spec["content"] = content
             files.append(spec)
 
+        for template in request.get("templates") or []:
+            source = self.find("templates", template["src"], role_path)
+            for instance in request.get("instances") or []:
+                dest = instance["files"][template["file"]]
+                if not dest:
+                    continue
+                content = self.render(template["src"], source, dest, task_vars, {loop_var: instance})
+                add(dest, content, template, bool(template.get("private")))
+                owner_of[dest] = instance["name"]
+        for single in request.get("files") or []:
+            if "content" in single:
+                content = str(single["content"])
+            else:
+                source = self.find("templates" if single.get("template") else "files", single["src"], role_path)
+                content = (
+                    self.render(single["src"], source, single["dest"], task_vars, dict(single.get("vars") or {}))
+                    if single.get("template")
+                    else self._loader.get_text_file_contents(source)
+                )
+            add(single["dest"], content, single, bool(single.get("private")))
+        return files, owner_of
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        private_contents: list[str] = []
+        requests = dict(args.get("requests") or {})
         try:
-            for template in args.get("templates") or []:
-                source = self._find_needle("templates", template["src"])
-                for instance in args.get("instances") or []:
-                    dest = instance["files"][template["file"]]
-                    if not dest:
-                        continue
-                    content = self.render(template["src"], source, dest, task_vars, {loop_var: instance})
-                    add(dest, content, template, bool(template.get("private")))
-                    owner_of[dest] = instance["name"]
-            for single in args.get("files") or []:
-                if "content" in single:
-                    content = str(single["content"])
-                else:
-                    source = self._find_needle("templates" if single.get("template") else "files", single["src"])
-                    content = (
-                        self.render(single["src"], source, single["dest"], task_vars, dict(single.get("vars") or {}))
-                        if single.get("template")
-                        else self._loader.get_text_file_contents(source)
-                    )
-                add(single["dest"], content, single, bool(single.get("private")))
+            files, owner_of = self.collect(dict(args), task_vars, private_contents)
+            collected = {name: self.collect(dict(request), task_vars, private_contents) for name, request in requests.items()}
         except AnsibleActionFail as error:
             return {**result, "failed": True, "msg": str(error)}
+        module_args: dict[str, Any] = {"files": files, "private_contents": private_contents}
+        if args.get("read") is not None:
+            module_args["read"] = args["read"]
+        if requests:
+            module_args["requests"] = {
+                name: {"files": collected[name][0]}
+                | ({"read": request["read"]} if request.get("read") is not None else {})
+                | (
+                    {"routers": [private_router(router, private_contents) for router in request["routers"]]}
+                    if request.get("routers")
+                    else {}
+                )
+                for name, request in requests.items()
+            }
         module_result = self._execute_module(
-            module_name="sglang.fleet.sglang_instance_files",
-            module_args={"files": files, "private_contents": private_contents}
-            | ({"read": args["read"]} if args.get("read") is not None else {}),
-            task_vars=task_vars,
+            module_name="sglang.fleet.sglang_instance_files", module_args=module_args, task_vars=task_vars
         )
         result.update(module_result)
-        changed = set(module_result.get("changed_paths") or [])
-        result["changed_instances"] = sorted({owner_of[path] for path in changed if path in owner_of})
+        result["changed_instances"] = changed_instances(module_result, owner_of)
+        for name, answer in (module_result.get("answers") or {}).items():
+            answer["changed_instances"] = changed_instances(answer, collected[name][1])
+            if not self._task.diff:
+                answer.pop("diff", None)
         if not self._task.diff:
             result.pop("diff", None)
         return result
+
+
+def changed_instances(answer: dict[str, Any], owner_of: dict[str, str]) -> list[str]:
+    """The instances (by name) any of whose files the module found different."""
+    return sorted({owner_of[path] for path in answer.get("changed_paths") or [] if path in owner_of})
+
+
+def private_router(router: dict[str, Any], private_contents: list[str]) -> dict[str, Any]:
+    """A router to compare, its admin key moved to the private contents (never logged)."""
+    private_contents.append(str(router.get("api_key") or ""))
+    return {**router, "api_key": len(private_contents) - 1}

@@ -250,6 +250,25 @@ def sglang_router_process_files(
     return files
 
 
+def sglang_router_member_reads(
+    processes: Sequence[Mapping[str, Any]], admin_keys: Mapping[str, str], api_key: str
+) -> list[dict[str, Any]]:
+    """What deploy's probe compares of each router process's workers, as module sglang_router_members would: its URL,
+    the planned workers with their models, the hosts whose workers it keeps, its workers file and the key of its
+    /workers registry (its kind's admin key, else the clients' key)."""
+    return [
+        {
+            "url": process["url"],
+            "workers": list(process["workers"]),
+            "keep_hosts": list(process["keep"]),
+            "models": dict(process["models"]),
+            "workers_file": process["workers_file"],
+            "api_key": admin_keys.get(process["kind"]) or api_key,
+        }
+        for process in processes
+    ]
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -262,4 +281,5 @@ class FilterModule:
             "sglang_gateway_routes": sglang_gateway_routes,
             "sglang_fleet_models": sglang_fleet_models,
             "sglang_router_process_files": sglang_router_process_files,
+            "sglang_router_member_reads": sglang_router_member_reads,
         }

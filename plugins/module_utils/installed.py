@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import grp
+import hashlib
 import os
 import pwd
 import re
@@ -95,6 +96,10 @@ def path_differences(spec: Mapping[str, Any]) -> list[str]:
         with open(path, "rb") as handle:
             if handle.read() != str(spec["content"]).encode():
                 differences.append(f"{path}: content differs")
+    if state == "file" and spec.get("sha256"):
+        with open(path, "rb") as handle:
+            if hashlib.sha256(handle.read()).hexdigest() != spec["sha256"]:
+                differences.append(f"{path}: SHA-256 is not {spec['sha256']}")
     if spec.get("mode") and stat.S_IMODE(info.st_mode) != int(str(spec["mode"]), 8):
         differences.append(f"{path}: mode {stat.S_IMODE(info.st_mode):04o}, not {spec['mode']}")
     for key, lookup, have in (("owner", pwd.getpwnam, info.st_uid), ("group", grp.getgrnam, info.st_gid)):

@@ -27,8 +27,9 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 
 class RouterError(Exception):
@@ -204,3 +205,71 @@ def _job_status(router_url: str, worker_id: str, api_key: str, timeout: float) -
     if status != 200 or not isinstance(job, dict):
         return f"GET /workers/{worker_id}: HTTP {status}"
     return f"job {job.get('job_type')} {job.get('status')}" + (f": {job['message']}" if job.get("message") else "")
+
+
+def plan_changes(
+    listed: Sequence[dict[str, Any]],
+    planned: Sequence[str],
+    ready: Callable[[str], str | None],
+    keep_hosts: Sequence[str] = (),
+    models: Mapping[str, str] | None = None,
+) -> dict[str, list[Any]]:
+    """What to do: {"add": planned URLs to register, "remove": unplanned URLs (but those of `keep_hosts`),
+    "skipped": [{url, reason}]}; `ready(url)` says why a planned worker the router lacks cannot be added (None: it can)."""
+    wanted = [normalize_url(url) for url in planned]
+    by_url = {str(worker.get("url", "")).rstrip("/"): worker for worker in listed}
+    add, skipped = [], []
+    for url in dict.fromkeys(wanted):
+        worker = by_url.get(url)
+        model = (models or {}).get(url)
+        if worker is not None and worker.get("is_healthy") is True and (not model or worker.get("model_id") == model):
+            continue
+        why = ready(url)
+        if why is None:
+            add.append(url)
+        else:
+            state = "not listed" if worker is None else "listed as unhealthy"
+            skipped.append({"url": url, "reason": f"{state} by the router, and not ready itself ({why})"})
+    remove = sorted(url for url in by_url if url not in wanted and urlsplit(url).hostname not in keep_hosts)
+    return {"add": add, "remove": remove, "skipped": skipped}
+
+
+def workers_file_content(listed: Sequence[Mapping[str, Any]]) -> str:
+    """The workers file a router's launcher registers at start (the router's listed workers, by URL, with their model)."""
+    workers = sorted(
+        ({"url": str(worker.get("url", "")), "model_id": str(worker.get("model_id") or "")} for worker in listed),
+        key=lambda worker: worker["url"],
+    )
+    return json.dumps({"workers": workers}, indent=1) + "\n"
+
+
+def read_text(path: str) -> str | None:
+    """A file's text, or None when it does not exist."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def members_in_sync(
+    router_url: str,
+    planned: Sequence[str],
+    api_key: str = "",
+    keep_hosts: Sequence[str] = (),
+    models: Mapping[str, str] | None = None,
+    workers_file: str | None = None,
+) -> str | None:
+    """None when the router lists every planned worker healthy (with its model), no other (but those of `keep_hosts`),
+    and `workers_file` holds those workers; else what differs (sglang_router_members would change it)."""
+    try:
+        listed = list_workers(router_url, api_key=api_key)
+    except RouterError as error:
+        return f"cannot list its workers: {error}"
+    wanted = {normalize_url(url): str(model) for url, model in (models or {}).items()}
+    changes = plan_changes(listed, planned, lambda url: None, keep_hosts, wanted)
+    if changes["add"] or changes["remove"]:
+        return f"to register {changes['add']}, to remove {changes['remove']}"
+    if workers_file and read_text(workers_file) != workers_file_content(listed):
+        return f"{workers_file} differs from its workers"
+    return None

@@ -28,7 +28,8 @@ options:
   paths:
     description: >-
       Each C({path, state}) with C(state) one of C(file), C(directory), C(link), C(exists); a C(file) may give its
-      C(content) and C(mode) (octal string), a C(link) its C(src), a C(directory) its C(mode), C(owner) and C(group).
+      C(content) or C(sha256), and C(mode) (octal string), a C(link) its C(src), a C(directory) its C(mode), C(owner)
+      and C(group).
     type: list
     elements: dict
     default: []

@@ -10,6 +10,7 @@ import tempfile
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import members_in_sync
 
 DOCUMENTATION = r"""
 module: sglang_instance_files
@@ -27,7 +28,7 @@ options:
       for a file that may hold secrets; C(mode) an octal string.
     type: list
     elements: dict
-    required: true
+    default: []
   private_contents:
     description: The contents of the private files (API keys, tokens); never logged, never in a diff.
     type: list
@@ -38,6 +39,15 @@ options:
       What to read on the host in the same call, after the files: the options of module sglang_installed (a role that
       compares its files in preflight also compares its account and folders and reads its units there, one round trip).
     type: dict
+  requests:
+    description: >-
+      Several callers' C({files, read}) at once, by name (deploy's one probe: every role's files compared and its reads
+      made in one round trip); each is handled as C(files) and C(read) are, and answered under its name in C(answers).
+      A request's C(routers), each C({url, workers, keep_hosts, models, workers_file, api_key}) with C(api_key) an index
+      into C(private_contents), are compared as module sglang_router_members would (in check mode, without asking
+      the workers) and answered in its C(routers) - by URL, what differs, empty when nothing does.
+    type: dict
+    default: {}
 author: sglang-fleet
 """
 
@@ -49,6 +59,10 @@ changed_paths:
 read:
   description: With I(read), what module sglang_installed returns for those options.
   returned: when I(read) is given
+  type: dict
+answers:
+  description: With I(requests), each request's C(changed_paths), C(diff) and C(read) (when it has one), by its name.
+  returned: when I(requests) is given
   type: dict
 """
 
@@ -107,24 +121,13 @@ def apply(spec: dict[str, Any], check_mode: bool) -> tuple[bool, dict[str, str] 
     return content_differs or attributes_differ, diff
 
 
-def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
-    module = AnsibleModule(
-        argument_spec={
-            "files": {"type": "list", "elements": "dict", "required": True},
-            # Keys and tokens: masked in the logged invocation, and in anything returned.
-            "private_contents": {"type": "list", "elements": "str", "default": [], "no_log": True},
-            "read": {"type": "dict"},
-        },
-        supports_check_mode=True,
-    )
+def handle(module: Any, files: list[dict[str, Any]], private: list[str], reads: dict[str, Any] | None) -> dict[str, Any]:
+    """Brings `files` to their specs (reports only, in check mode), then makes the reads: changed_paths, diff, read."""
     changed_paths: list[str] = []
     diffs: list[dict[str, str]] = []
-    private = module.params["private_contents"]
     specs = [
         {**spec, "content": private[spec["private"]], "diff": False} if spec.get("private") is not None else spec
-        for spec in module.params["files"]
+        for spec in files
     ]
     for spec in specs:
         try:
@@ -135,8 +138,48 @@ def main() -> None:
             changed_paths.append(spec["path"])
         if diff:
             diffs.append(diff)
-    read = {} if module.params["read"] is None else {"read": probe(module.params["read"])}
-    module.exit_json(changed=bool(changed_paths), changed_paths=changed_paths, diff=diffs, **read)
+    return {"changed_paths": changed_paths, "diff": diffs} | ({} if reads is None else {"read": probe(reads)})
+
+
+def routers_differences(routers: list[dict[str, Any]], private: list[str]) -> dict[str, str]:
+    """For each router, by URL, what sglang_router_members would change (empty when nothing)."""
+    return {
+        str(router["url"]): members_in_sync(
+            str(router["url"]),
+            list(router.get("workers") or []),
+            api_key=private[int(router["api_key"])],
+            keep_hosts=list(router.get("keep_hosts") or []),
+            models=dict(router.get("models") or {}),
+            workers_file=router.get("workers_file") or None,
+        )
+        or ""
+        for router in routers
+    }
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "files": {"type": "list", "elements": "dict", "default": []},
+            # Keys and tokens: masked in the logged invocation, and in anything returned.
+            "private_contents": {"type": "list", "elements": "str", "default": [], "no_log": True},
+            "read": {"type": "dict"},
+            "requests": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    private = module.params["private_contents"]
+    result = handle(module, module.params["files"], private, module.params["read"])
+    if module.params["requests"]:
+        result["answers"] = {
+            name: handle(module, list(request.get("files") or []), private, request.get("read"))
+            | ({"routers": routers_differences(request["routers"], private)} if request.get("routers") else {})
+            for name, request in module.params["requests"].items()
+        }
+    changed = bool(result["changed_paths"]) or any(each["changed_paths"] for each in result.get("answers", {}).values())
+    module.exit_json(changed=changed, **result)
 
 
 if __name__ == "__main__":

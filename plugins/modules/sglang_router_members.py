@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
 
@@ -116,47 +114,12 @@ def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) 
     return None if status == 200 else f"{path}: HTTP {status}"
 
 
-def plan_changes(
-    listed: Sequence[dict[str, Any]],
-    planned: Sequence[str],
-    ready: Callable[[str], str | None],
-    keep_hosts: Sequence[str] = (),
-    models: Mapping[str, str] | None = None,
-) -> dict[str, list[Any]]:
-    """What to do: {"add": planned URLs to register, "remove": unplanned URLs (but those of `keep_hosts`),
-    "skipped": [{url, reason}]}."""
-    wanted = [sglang_router_client.normalize_url(url) for url in planned]
-    by_url = {str(worker.get("url", "")).rstrip("/"): worker for worker in listed}
-    add, skipped = [], []
-    for url in dict.fromkeys(wanted):
-        worker = by_url.get(url)
-        model = (models or {}).get(url)
-        if worker is not None and worker.get("is_healthy") is True and (not model or worker.get("model_id") == model):
-            continue
-        why = ready(url)
-        if why is None:
-            add.append(url)
-        else:
-            state = "not listed" if worker is None else "listed as unhealthy"
-            skipped.append({"url": url, "reason": f"{state} by the router, and not ready itself ({why})"})
-    remove = sorted(url for url in by_url if url not in wanted and urlsplit(url).hostname not in keep_hosts)
-    return {"add": add, "remove": remove, "skipped": skipped}
-
-
 def keep_workers(path: str, listed: Sequence[Mapping[str, Any]], check_mode: bool = False) -> bool:
-    """Writes the router's workers to `path` (what a gateway's launcher starts with) when it differs; whether it did
+    """Writes the router's workers to `path` (what a router's launcher starts with) when it differs; whether it did
     (or, in check mode, would)."""
-    workers = sorted(
-        ({"url": str(worker.get("url", "")), "model_id": str(worker.get("model_id") or "")} for worker in listed),
-        key=lambda worker: worker["url"],
-    )
-    content = json.dumps({"workers": workers}, indent=1) + "\n"
-    try:
-        with open(path, encoding="utf-8") as handle:
-            if handle.read() == content:
-                return False
-    except FileNotFoundError:
-        pass
+    content = sglang_router_client.workers_file_content(listed)
+    if sglang_router_client.read_text(path) == content:
+        return False
     if not check_mode:
         temporary = f"{path}.tmp"
         with open(temporary, "w", encoding="utf-8") as handle:
@@ -183,7 +146,7 @@ def reconcile(
     probe = ready or (lambda url: worker_ready(url, ready_path, worker_api_key))
     listed = sglang_router_client.list_workers(router_url, api_key=api_key)
     models = {sglang_router_client.normalize_url(url): str(model) for url, model in (models or {}).items()}
-    changes = plan_changes(listed, planned, probe, keep_hosts, models)
+    changes = sglang_router_client.plan_changes(listed, planned, probe, keep_hosts, models)
     if not check_mode:
         for url in changes["remove"]:
             sglang_router_client.remove_worker(router_url, url, timeout=30, api_key=api_key)

@@ -10,11 +10,22 @@ from fleet import ROOT, Run, http_status, on_host, overlay_inventory, run_playbo
 
 
 def test_a_second_sandbox_run_changes_nothing(sandbox: Run) -> None:
-    """`make sandbox` again: the test hosts and the deploy both report no change."""
+    """`make sandbox` again: the test hosts and the deploy both report no change; the deploy says so for each host and
+    ends there, after preflight's two calls to it (the plan's and deploy's probe), running none of the roles' steps."""
     for playbook in ("playbooks/sandbox.yml", "deploy.yml"):
         again = run_playbook(playbook)
         assert again.rc == 0, again.failure_messages()
         assert again.changed() == [], playbook
+    said = {
+        data["host"]: data["res"]["msg"]
+        for data in again.results()
+        if data["task"] == "Say what this deploy changes on each host"
+    }
+    assert said == {"ct129": "ct129: nothing to change", "b200": "b200: nothing to change"}
+    ran = [event["event_data"]["task"] for event in again.events if event.get("event") in ("runner_on_ok", "runner_on_skipped")]
+    assert ran[-2:] == ["Say what this deploy changes on each host"] * 2, "no task after it"
+    calls = [data["task"] for data in again.results() if data["res"].get("invocation") and data["host"] == "b200"]
+    assert len(calls) == 2, calls
 
 
 def test_changing_one_instance_restarts_that_instance_only(sandbox: Run, tmp_path: Path) -> None:

@@ -6,7 +6,10 @@ import grp
 import os
 import pwd
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
 from ansible_collections.sglang.fleet.plugins.modules import sglang_instance_files as module
 
 OWNER, GROUP = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
@@ -51,3 +54,33 @@ def test_a_private_file_never_has_a_diff(tmp_path: Path) -> None:
     differs, diff = module.apply({**spec(target, "api-key: sk-1\n"), "diff": False}, check_mode=False)
     assert differs and diff is None
     assert [name for name in os.listdir(tmp_path) if name.startswith(".")] == [], "no temporary file is left"
+
+
+def test_deploys_probe_answers_each_request_under_its_name_and_writes_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    """The one call of deploy's probe: several roles' files compared (private contents by index) and reads made, each
+    answered apart; in check mode no file is written."""
+    unit, keys = tmp_path / "sglang-30000.service", tmp_path / "router.json"
+    unit.write_text("hand edit\n")
+    keys.write_text('{"api_key": "sk-1"}\n')
+    keys.chmod(0o640)
+    answers: dict[str, Any] = {}
+    fake = SimpleNamespace(
+        check_mode=True,
+        params={
+            "files": [],
+            "read": None,
+            "private_contents": ['{"api_key": "sk-1"}\n'],
+            "requests": {
+                "sglang_server": {"files": [spec(unit, "[Unit]\n")], "read": {"globs": [str(tmp_path / "*.service")]}},
+                "sglang_router": {"files": [{**spec(keys, ""), "content": None, "private": 0}]},
+            },
+        },
+        exit_json=lambda **result: answers.update(result),
+        fail_json=lambda **result: pytest.fail(str(result)),
+    )
+    monkeypatch.setattr("ansible.module_utils.basic.AnsibleModule", lambda **_: fake)
+    module.main()
+    server, router = answers["answers"]["sglang_server"], answers["answers"]["sglang_router"]
+    assert server["changed_paths"] == [str(unit)] and server["read"]["found"] == {str(tmp_path / "*.service"): [str(unit)]}
+    assert router["changed_paths"] == [] and "read" not in router, "the same private content: no change, nothing read"
+    assert answers["changed"] is True and unit.read_text() == "hand edit\n", "check mode: reported, not written"

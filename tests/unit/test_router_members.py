@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_router_member_reads
+from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import RouterError
 from ansible_collections.sglang.fleet.plugins.modules import sglang_router_members as module
 from test_sglang_router_client import W1, W2, W3, FakeRouter
@@ -103,9 +105,9 @@ def test_a_worker_registered_with_another_model_is_registered_again_with_its_own
         {"url": W1, "is_healthy": True, "model_id": "tiny-qwen3.5"},
         {"url": W2, "is_healthy": True, "model_id": "coder"},
     ]
-    changes = module.plan_changes(listed, [W1, W2], ready, models={W1: "tiny-qwen3.5", W2: "tiny-qwen3.5"})
+    changes = sglang_router_client.plan_changes(listed, [W1, W2], ready, models={W1: "tiny-qwen3.5", W2: "tiny-qwen3.5"})
     assert changes == {"add": [W2], "remove": [], "skipped": []}
-    assert module.plan_changes(listed, [W1, W2], ready)["add"] == [], "no model planned: none compared"
+    assert sglang_router_client.plan_changes(listed, [W1, W2], ready)["add"] == [], "no model planned: none compared"
 
 
 def test_the_gateways_registry_is_kept_in_its_workers_file_which_changes_only_with_it(router: FakeRouter, tmp_path: Path) -> None:
@@ -215,3 +217,49 @@ def test_module_in_check_mode_with_a_router_that_refuses_the_new_key_changes_not
     assert checked["changed"] is False and "HTTP 401" in checked["msg"]
     failed = run_main(capsys, router_url=router.url, workers=[W1], api_key="new-key")
     assert failed["failed"] is True and "HTTP 401" in failed["msg"]
+
+
+def test_deploys_probe_finds_a_router_in_sync_only_when_reconcile_would_change_nothing(
+    router: FakeRouter, tmp_path: Path
+) -> None:
+    """members_in_sync (the probe's read) agrees with reconcile: nothing to say exactly when reconcile changes nothing."""
+    workers_file = str(tmp_path / "router-workers.json")
+    planned = [W1, W2]
+    models = {W1: "/models/qwen", W2: "/models/qwen"}
+
+    def in_sync() -> str | None:
+        return sglang_router_client.members_in_sync(router.url, planned, models=models, workers_file=workers_file)
+
+    router.register(W1)
+    assert "to register ['" + W2 + "']" in str(in_sync()), "a planned worker the router lacks"
+    module.reconcile(router.url, planned, ready=lambda url: None, models=models, workers_file=workers_file)
+    router._tick()
+    assert in_sync() is None, "registered, and the workers file written"
+    assert (
+        module.reconcile(router.url, planned, ready=lambda url: None, models=models, workers_file=workers_file)["changed"]
+        is False
+    )
+    Path(workers_file).write_text("{}\n")
+    assert "differs from its workers" in str(in_sync()), "a workers file edited by hand"
+    module.reconcile(router.url, planned, ready=lambda url: None, models=models, workers_file=workers_file)
+    router.register(W3)
+    assert "to remove ['" + W3 + "']" in str(in_sync()), "a worker no longer planned"
+    assert sglang_router_client.members_in_sync(router.url, planned, models={W1: "other"}, workers_file=None), "another model"
+    router.api_key = "sk-admin"
+    assert "cannot list its workers" in str(in_sync()), "a router it cannot ask is never taken as in sync"
+
+
+def test_deploys_probe_asks_each_router_with_its_kinds_admin_key_else_the_clients_key() -> None:
+    processes = [
+        {"kind": "router", "url": "http://127.0.0.1:30100", "workers": [W1], "keep": [], "models": {W1: "m"},
+         "workers_file": "/var/lib/sglang/router-workers.json", "unit": "sglang-router.service"},
+        {"kind": "gateway", "url": "http://127.0.0.1:30200", "workers": [W1, W2], "keep": ["10.0.0.9"], "models": {},
+         "workers_file": "/var/lib/sglang/gateway-workers.json", "unit": "sglang-gateway.service"},
+    ]  # fmt: skip
+    reads = sglang_router_member_reads(processes, {"router": "sk-admin", "gateway": ""}, "sk-clients")
+    assert reads == [
+        {"url": "http://127.0.0.1:30100", "workers": [W1], "keep_hosts": [], "models": {W1: "m"},
+         "workers_file": "/var/lib/sglang/router-workers.json", "api_key": "sk-admin"},
+        {"url": "http://127.0.0.1:30200", "workers": [W1, W2], "keep_hosts": ["10.0.0.9"], "models": {},
+         "workers_file": "/var/lib/sglang/gateway-workers.json", "api_key": "sk-clients"},
+    ]  # fmt: skip

@@ -357,11 +357,12 @@ def test_instances_and_router_run_in_the_same_sandbox_and_the_router_sees_no_dev
 
 
 def test_every_server_text_variable_a_template_renders_is_checked_for_control_characters() -> None:
-    """The server role's preflight checks each text default that reaches a unit, environment or sandbox line."""
+    """The server role's preflight checks (tasks/checks.yml) each text default that reaches a unit, environment or
+    sandbox line."""
     defaults = yaml.safe_load((SERVER / "defaults/main.yml").read_text())
     rendered = "".join(path.read_text() for path in (SERVER / "templates").glob("*.j2")) + (SERVER / "vars/main.yml").read_text()
     texts = {name for name, value in defaults.items() if isinstance(value, (str, list)) and name in rendered}
-    tasks = yaml.safe_load((SERVER / "tasks/preflight.yml").read_text())
+    tasks = yaml.safe_load((SERVER / "tasks/checks.yml").read_text())
     (task,) = [task for task in tasks if "sglang_server_text_variables" in task.get("vars", {})]
     checked = set(task["vars"]["sglang_server_text_variables"])
     assert texts and texts <= checked, texts - checked
