@@ -168,6 +168,21 @@ def unit_property(host: str, unit: str, name: str) -> str:
 LOAD_CLIENT = Path(__file__).resolve().parent / "integration/load_client.py"
 
 
+def router_key() -> str:
+    """The key b200's router wants on /workers: its admin key where it has one, else the clients' key, else none."""
+    text = on_host("b200", "sh", "-c", "cat /etc/sglang-fleet/secrets/router.json 2>/dev/null || true").strip()
+    keys = json.loads(text) if text else {}
+    return str(keys.get("admin_key") or keys.get("api_key") or "")
+
+
+def router_worker_urls(healthy: bool = False) -> list[str]:
+    """The workers b200's router lists (only those it lists as healthy, with `healthy`), asked on the host."""
+    client = (ROOT / "plugins/module_utils/sglang_router_client.py").read_text()
+    listing = f"\nimport json\nprint(json.dumps(list_workers('http://127.0.0.1:30100', api_key={router_key()!r})))\n"
+    workers = json.loads(on_host("b200", "python3", "-c", client + listing))
+    return sorted(str(w["url"]) for w in workers if w.get("is_healthy") is True or not healthy)
+
+
 @contextlib.contextmanager
 def load_through_router(
     router: str = "http://127.0.0.1:30100",

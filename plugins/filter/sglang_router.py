@@ -82,24 +82,29 @@ def sglang_gateway_members(
     that drain their instances from it (their own sglang_router.gateways names it), by the URL the gateway reaches it
     at (its own instances' `url`, other hosts' `remote_url`); the model each serves (`models`, by URL); and the URL
     hosts of the inventory's server hosts outside the run (`keep`: their registered workers are left as they are;
-    any other unplanned worker goes)."""
+    any other unplanned worker goes); and the workers whose instances a new shape displaces (`displaced`: their
+    rollout stops them drained from the gateway, and they start again without it)."""
     workers: list[str] = []
     models: dict[str, str] = {}
+    displaced: list[str] = []
     for host in hosts:
         routes = (hostvars[host].get("sglang_router") or {}).get("gateways") or []
         if host != gateway and gateway not in [route.get("host") for route in routes]:
             continue
+        stopped_first = (hostvars[host].get("sglang_reshape") or {}).get("displaced") or []
         for instance in hostvars[host].get("sglang_instances") or []:
             url = instance["url"] if host == gateway else instance.get("remote_url") or ""
             if url:
                 workers.append(url)
                 models[url] = str(instance.get("served_model_name") or "")
+                if instance.get("unit") in stopped_first:
+                    displaced.append(url)
     keep = set()
     for host in inventory_hosts:
         if host not in hosts:
             variables = hostvars[host]
             keep.add(str(variables.get("sglang_advertise_host") or variables.get("ansible_host") or host))
-    return {"workers": workers, "models": models, "keep": sorted(keep)}
+    return {"workers": workers, "models": models, "keep": sorted(keep), "displaced": displaced}
 
 
 def sglang_fleet_models(hostvars: Mapping[str, Any], hosts: Sequence[str]) -> list[str]:

@@ -261,15 +261,19 @@ def members_in_sync(
     workers_file: str | None = None,
 ) -> str | None:
     """None when the router lists every planned worker healthy (with its model), no other (but those of `keep_hosts`),
-    and `workers_file` holds those workers; else what differs (sglang_router_members would change it)."""
+    and `workers_file` holds those workers; else what differs (sglang_router_members would change it), or why it could
+    not tell (never taken as in sync)."""
     try:
         listed = list_workers(router_url, api_key=api_key)
-    except RouterError as error:
+    except (RouterError, OSError, ValueError) as error:
         return f"cannot list its workers: {error}"
     wanted = {normalize_url(url): str(model) for url, model in (models or {}).items()}
     changes = plan_changes(listed, planned, lambda url: None, keep_hosts, wanted)
     if changes["add"] or changes["remove"]:
         return f"to register {changes['add']}, to remove {changes['remove']}"
-    if workers_file and read_text(workers_file) != workers_file_content(listed):
-        return f"{workers_file} differs from its workers"
+    try:
+        if workers_file and read_text(workers_file) != workers_file_content(listed):
+            return f"{workers_file} differs from its workers"
+    except (OSError, ValueError) as error:
+        return f"cannot read {workers_file}: {error}"
     return None

@@ -206,6 +206,32 @@ def test_the_gateway_routes_each_request_to_the_workers_of_the_model_it_names(ke
     assert on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS, "no-such-model").strip() == "503"
 
 
+def test_a_worker_missing_from_the_gateway_comes_back_while_its_converged_host_ends_early(keyed: Keyed) -> None:
+    """The next deploy finds the whole fleet as planned ("nothing to change" on both hosts); with one of b200's workers
+    taken out of ct129's gateway by hand, b200 still has nothing to change and ends early, and ct129's gateway
+    registers that worker again: b200's workers are the gateway's for the whole run, not only while b200 runs."""
+    assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
+
+    def deploy_says() -> dict[str, str]:
+        again = run_playbook("deploy.yml", inventory=keyed.inventory, cmdline=keyed.vault)
+        assert again.rc == 0, again.failure_messages()
+        said = [data for data in again.results() if data["task"] == "Say what this deploy changes on each host"]
+        return {data["host"]: data["res"]["msg"] for data in said}
+
+    assert wait_until(lambda: registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}, 60)
+    assert deploy_says() == {"ct129": "ct129: nothing to change", "b200": "b200: nothing to change"}
+    client = (ROOT / "plugins/module_utils/sglang_router_client.py").read_text()
+    removal = (
+        f"\nimport json\nkey = json.load(open({GATEWAY_KEYS!r}))['admin_key']"
+        f"\nprint(remove_worker({GATEWAY!r}, 'http://b200:30004', api_key=key))\n"
+    )
+    assert on_host("ct129", "python3", "-c", client + removal).strip() == "True"
+    said = deploy_says()
+    assert said["b200"] == "b200: nothing to change"
+    assert said["ct129"].startswith("ct129: to change: http://127.0.0.1:30200: workers differ"), said
+    assert registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
+
+
 def test_one_gateway_routes_to_both_hosts_and_a_rolling_restart_of_all_eight_fails_no_request(keyed: Keyed) -> None:
     """ct129's gateway routes to its own instance and to b200's seven over the sandbox network; a deploy that restarts
     every instance (ct129's only one included; slower tokens, so requests are in flight) takes each out of the gateway

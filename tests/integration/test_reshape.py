@@ -2,7 +2,7 @@
 
 The fleet's own running instances hold the GPUs the new shape needs; preflight must not call them foreign, the
 instances the new shape displaces stop (drained) before anything restarts, `--check` states it, and the host serves
-in its new shape afterwards.
+in its new shape afterwards, each instance in its router again.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fleet import Run, file_digests, http_status, on_host, overlay_inventory, run_playbook
+from fleet import Run, file_digests, http_status, on_host, overlay_inventory, router_worker_urls, run_playbook
 
 PORTS = range(30000, 30007)
 
@@ -59,9 +59,32 @@ def test_a_reshape_stops_the_displaced_instances_first_and_check_mode_states_it(
         assert planned_units() == ["sglang-30000.service", "sglang-30001.service", "sglang-30002.service"]
         assert serving([30000, 30001, 30002]) == {30000: 200, 30001: 200, 30002: 200}
         assert all(len(visible_devices(port).split(",")) == 2 for port in (30000, 30001, 30002))
+        # The displaced instances stopped drained from b200's router and start again at the same URLs: back in it.
+        assert router_worker_urls(healthy=True) == [f"http://127.0.0.1:{port}" for port in (30000, 30001, 30002)]
     finally:
         restored = run_playbook("deploy.yml", limit="b200")
     assert restored.rc == 0, restored.failure_messages()
     assert "reshape from 3 running instance(s) to 7" in preflight_report(restored)
     assert planned_units() == [f"sglang-{port}.service" for port in PORTS]
     assert set(serving(list(PORTS)).values()) == {200}
+    assert router_worker_urls(healthy=True) == [f"http://127.0.0.1:{port}" for port in PORTS]
+
+
+def test_a_reshape_that_keeps_every_url_puts_the_displaced_instances_back_in_the_router(sandbox: Run, tmp_path: Path) -> None:
+    """GPUs 0 and 1 swap instances: sglang-30000 and sglang-30001 stop drained from b200's router and start again at
+    the same URLs, so the router's planned workers are the same as before. The run registers them again."""
+    inventory = overlay_inventory(tmp_path, host_vars={"b200": {"sglang_gpu_ids": [1, 0, 2, 3, 4, 5, 6]}})
+    everyone = [f"http://127.0.0.1:{port}" for port in PORTS]
+    gpu0, gpu1 = visible_devices(30000), visible_devices(30001)
+    try:
+        swapped = run_playbook("deploy.yml", inventory=inventory, limit="b200")
+        assert swapped.rc == 0, swapped.failure_messages()
+        [stopped] = task_results(swapped, "Stop the instances the new shape displaces, before any instance restarts")
+        assert stopped["stopped"] == ["sglang-30000", "sglang-30001"]
+        assert (visible_devices(30000), visible_devices(30001)) == (gpu1, gpu0)
+        assert router_worker_urls(healthy=True) == everyone
+    finally:
+        restored = run_playbook("deploy.yml", limit="b200")
+    assert restored.rc == 0, restored.failure_messages()
+    assert (visible_devices(30000), visible_devices(30001)) == (gpu0, gpu1)
+    assert router_worker_urls(healthy=True) == everyone

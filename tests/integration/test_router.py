@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fleet import ROOT, Run, http_status, on_host, overlay_inventory, run_playbook, unit_starts
+from fleet import ROOT, Run, http_status, on_host, overlay_inventory, router_key, router_worker_urls, run_playbook, unit_starts
 
 ROUTER = "http://127.0.0.1:30100"
 
@@ -72,24 +72,13 @@ def test_an_unreachable_host_mid_rollout_leaves_the_others_to_finish(sandbox: Ru
 
 def test_router_preflight_refuses_a_port_of_an_instance(sandbox: Run, tmp_path: Path) -> None:
     inventory = overlay_inventory(tmp_path, host_vars={"b200": {"sglang_router_port": 30003}})
+    since = on_host("b200", "date", "+%Y-%m-%d %H:%M:%S").strip()
     refused = run_playbook("deploy.yml", inventory=inventory, tags="preflight")
     assert refused.rc != 0
     assert "b200 router: sglang_router_port=30003: port 30003 is sglang-30003" in "\n".join(refused.failure_messages())
-
-
-def router_key() -> str:
-    """The key b200's router wants on /workers: its admin key where it has one, else the clients' key, else none."""
-    text = on_host("b200", "sh", "-c", "cat /etc/sglang-fleet/secrets/router.json 2>/dev/null || true").strip()
-    keys = json.loads(text) if text else {}
-    return str(keys.get("admin_key") or keys.get("api_key") or "")
-
-
-def router_worker_urls(healthy: bool = False) -> list[str]:
-    """The workers b200's router lists (only those it lists as healthy, with `healthy`), asked on the host."""
-    client = (ROOT / "plugins/module_utils/sglang_router_client.py").read_text()
-    listing = f"\nimport json\nprint(json.dumps(list_workers({ROUTER!r}, api_key={router_key()!r})))\n"
-    workers = json.loads(on_host("b200", "python3", "-c", client + listing))
-    return sorted(str(w["url"]) for w in workers if w.get("is_healthy") is True or not healthy)
+    # Preflight's probe asks a router for its workers (with its admin key) only at a port nothing else holds.
+    journal = on_host("b200", "journalctl", "--unit=sglang-30003.service", f"--since={since}", "--no-pager")
+    assert "/workers" not in journal, journal
 
 
 def test_a_worker_left_out_of_the_router_is_put_back_by_the_next_run(sandbox: Run) -> None:

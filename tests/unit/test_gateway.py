@@ -22,6 +22,7 @@ KEY = hashlib.sha256(b"client-key").hexdigest()
 def instance(port: int, remote: str = "") -> dict[str, Any]:
     return {
         "name": f"sglang-{port}",
+        "unit": f"sglang-{port}.service",
         "url": f"http://127.0.0.1:{port}",
         "remote_url": remote and f"http://{remote}:{port}",
         "served_model_name": "qwen",
@@ -60,7 +61,10 @@ def test_the_gateway_knows_its_own_instances_by_loopback_and_others_by_their_rem
     hostvars["b200"]["sglang_router"] = {"gateways": sglang_gateway_routes(hostvars, "b200", ["ct129"])}
     members = sglang_gateway_members(hostvars, ["ct129", "b200"], "ct129", ["ct129", "b200"])
     urls = ["http://127.0.0.1:30000", "http://b200:30000", "http://b200:30001"]
-    assert members == {"workers": urls, "models": dict.fromkeys(urls, "qwen"), "keep": []}
+    assert members == {"workers": urls, "models": dict.fromkeys(urls, "qwen"), "keep": [], "displaced": []}
+    # b200's new shape stops its second instance first (drained from the gateway): the gateway registers it again.
+    hostvars["b200"]["sglang_reshape"] = {"displaced": ["sglang-30001.service"]}
+    assert sglang_gateway_members(hostvars, ["ct129", "b200"], "ct129", ["ct129", "b200"])["displaced"] == urls[2:]
     # A run limited to ct129 keeps b200's registered workers (by its address).
     assert sglang_gateway_members(hostvars, ["ct129"], "ct129", ["ct129", "b200"])["keep"] == ["b200"]
     # A host whose rollouts do not drain from this gateway (its sglang_gateway_hosts names another) is not registered.

@@ -222,7 +222,9 @@ def test_module_in_check_mode_with_a_router_that_refuses_the_new_key_changes_not
 def test_deploys_probe_finds_a_router_in_sync_only_when_reconcile_would_change_nothing(
     router: FakeRouter, tmp_path: Path
 ) -> None:
-    """members_in_sync (the probe's read) agrees with reconcile: nothing to say exactly when reconcile changes nothing."""
+    """members_in_sync (the probe's read) agrees with reconcile: nothing to say only when reconcile changes nothing. (It
+    takes every planned worker as ready: one the router lists unhealthy, or lacks while it is not ready, differs, and the
+    reconcile that follows may then change nothing. Safe: the probe never hides a change.)"""
     workers_file = str(tmp_path / "router-workers.json")
     planned = [W1, W2]
     models = {W1: "/models/qwen", W2: "/models/qwen"}
@@ -239,6 +241,12 @@ def test_deploys_probe_finds_a_router_in_sync_only_when_reconcile_would_change_n
         module.reconcile(router.url, planned, ready=lambda url: None, models=models, workers_file=workers_file)["changed"]
         is False
     )
+    Path(workers_file).write_bytes(b"\xff\xfe not text")
+    assert "cannot read" in str(in_sync()), "a workers file it cannot read is never taken as in sync"
+    Path(workers_file).unlink()
+    Path(workers_file).mkdir()
+    assert "cannot read" in str(in_sync()), "nor one that is no file"
+    Path(workers_file).rmdir()
     Path(workers_file).write_text("{}\n")
     assert "differs from its workers" in str(in_sync()), "a workers file edited by hand"
     module.reconcile(router.url, planned, ready=lambda url: None, models=models, workers_file=workers_file)
