@@ -115,11 +115,14 @@ def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) 
 
 
 def keep_workers(path: str, listed: Sequence[Mapping[str, Any]], check_mode: bool = False) -> bool:
-    """Writes the router's workers to `path` (what a router's launcher starts with) when it differs; whether it did
-    (or, in check mode, would)."""
+    """Writes the router's workers to `path` (what a router's launcher starts with) when it differs (a file that is no
+    text differs); whether it did (or, in check mode, would)."""
     content = sglang_router_client.workers_file_content(listed)
-    if sglang_router_client.read_text(path) == content:
-        return False
+    try:
+        if sglang_router_client.read_text(path) == content:
+            return False
+    except UnicodeDecodeError:
+        pass
     if not check_mode:
         temporary = f"{path}.tmp"
         with open(temporary, "w", encoding="utf-8") as handle:
@@ -214,6 +217,8 @@ def main() -> None:
         module.fail_json(msg=f"router {params['router_url']}: {error}")
     except ValueError as error:
         module.fail_json(msg=str(error))
+    except OSError as error:
+        module.fail_json(msg=f"router {params['router_url']}: cannot keep its workers in {params['workers_file']}: {error}")
     for skipped in result["skipped"]:
         module.warn(f"router {params['router_url']}: planned worker {skipped['url']} left out: {skipped['reason']}")
     module.exit_json(**result)

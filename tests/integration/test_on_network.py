@@ -6,6 +6,7 @@ and fires an alert for real. Deployed back as it was afterwards."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -206,6 +207,12 @@ def test_the_gateway_routes_each_request_to_the_workers_of_the_model_it_names(ke
     assert on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS, "no-such-model").strip() == "503"
 
 
+def changes_said(run: Run) -> dict[str, str]:
+    """What a deploy said it changes on each host (by host)."""
+    said = [data for data in run.results() if data["task"] == "Say what this deploy changes on each host"]
+    return {data["host"]: data["res"]["msg"] for data in said}
+
+
 def test_a_worker_missing_from_the_gateway_comes_back_while_its_converged_host_ends_early(keyed: Keyed) -> None:
     """The next deploy finds the whole fleet as planned ("nothing to change" on both hosts); with one of b200's workers
     taken out of ct129's gateway by hand, b200 still has nothing to change and ends early, and ct129's gateway
@@ -215,8 +222,7 @@ def test_a_worker_missing_from_the_gateway_comes_back_while_its_converged_host_e
     def deploy_says() -> dict[str, str]:
         again = run_playbook("deploy.yml", inventory=keyed.inventory, cmdline=keyed.vault)
         assert again.rc == 0, again.failure_messages()
-        said = [data for data in again.results() if data["task"] == "Say what this deploy changes on each host"]
-        return {data["host"]: data["res"]["msg"] for data in said}
+        return changes_said(again)
 
     assert wait_until(lambda: registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}, 60)
     assert deploy_says() == {"ct129": "ct129: nothing to change", "b200": "b200: nothing to change"}
@@ -230,6 +236,25 @@ def test_a_worker_missing_from_the_gateway_comes_back_while_its_converged_host_e
     assert said["b200"] == "b200: nothing to change"
     assert said["ct129"].startswith("ct129: to change: http://127.0.0.1:30200: workers differ"), said
     assert registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
+
+
+def test_a_gateway_host_with_nothing_else_to_change_stays_for_the_workers_another_host_reshapes(
+    keyed: Keyed, tmp_path: Path
+) -> None:
+    """b200 swaps GPUs 0 and 1 between two instances (the same URLs): their rollout stops them drained from ct129's
+    gateway too, so `--check` says ct129 has to register them again there (it does not end early) and b200's router
+    likewise."""
+    assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
+    inventory = tmp_path / "inventory"
+    shutil.copytree(keyed.inventory, inventory)
+    b200 = inventory / "host_vars" / "b200.yml"
+    b200.write_text(b200.read_text() + "\nsglang_gpu_ids: [1, 0, 2, 3, 4, 5, 6]\n")
+    checked = run_playbook("deploy.yml", inventory=inventory, cmdline=f"{keyed.vault} --check")
+    assert checked.rc == 0, checked.failure_messages()
+    said = changes_said(checked)
+    again = "to register again the workers a new shape stops first"
+    assert said["ct129"] == f"ct129: to change: http://127.0.0.1:30200: {again}", said
+    assert f"http://127.0.0.1:30100: {again}" in said["b200"], said
 
 
 def test_one_gateway_routes_to_both_hosts_and_a_rolling_restart_of_all_eight_fails_no_request(keyed: Keyed) -> None:

@@ -122,6 +122,10 @@ def test_the_gateways_registry_is_kept_in_its_workers_file_which_changes_only_wi
     again = module.reconcile(router.url, [W1], ready=ready, timeout=10, keep_hosts=["b200"], workers_file=str(kept))
     assert not again["changed"] and not again["workers_file_changed"]
     assert oct(kept.stat().st_mode & 0o777) == "0o644"
+    # A workers file that is no text (the probe calls it different) is written again.
+    kept.write_bytes(b"\xff\xfe not text")
+    repaired = module.reconcile(router.url, [W1], ready=ready, timeout=10, keep_hosts=["b200"], workers_file=str(kept))
+    assert repaired["workers_file_changed"] and json.loads(kept.read_text())["workers"]
 
 
 def test_nothing_changes_when_the_router_has_the_planned_workers(router: FakeRouter) -> None:
