@@ -34,7 +34,7 @@ def support_table() -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def support_tables() -> list[dict[str, Any]]:
-    """`_sglang_plan_support_tables`: every roles/sglang_plan/files/sglang-<version>.json."""
+    """The tables `_sglang_plan_support_tables` names (by their paths): every roles/sglang_plan/files/sglang-<version>.json."""
     return [json.loads(path.read_text()) for path in sorted((ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))]
 
 

@@ -4,6 +4,7 @@ it imports), the runtime parser check's input and verdicts, and the file set of 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,8 @@ from ansible_collections.sglang.fleet.plugins.module_utils.problems import probl
 def declared_variables(root: str = "") -> frozenset[str]:
     """Every sglang_*/cuda_* variable a role declares (meta/argument_specs.yml) or sets itself (its vars, defaults,
     set_fact and register names in roles/, playbooks/ and molecule/, and the facts its modules return). Read once
-    per run, from the checkout the plugin lives in."""
+    per run, from the checkout the plugin lives in, as the plugin is imported (below): in the controller, before the
+    workers fork, where the callback sglang.fleet.prefork imports it (each worker would read them again, ~0.06 s)."""
     import yaml  # Ansible's controller always has PyYAML
 
     base = Path(root) if root else Path(__file__).resolve().parents[2]
@@ -46,12 +48,25 @@ def declared_variables(root: str = "") -> frozenset[str]:
     return frozenset(names)
 
 
+@functools.lru_cache(maxsize=8)
+def support_table(path: str, modified_ns: int) -> Mapping[str, Any]:
+    """A support table read once per run (and again when its file changes)."""
+    table: Mapping[str, Any] = json.loads(Path(path).read_text())
+    return table
+
+
 def sglang_plan(
-    settings: Mapping[str, Any], facts: Mapping[str, Any], tables: Sequence[Mapping[str, Any]] | Mapping[str, Any]
+    settings: Mapping[str, Any], facts: Mapping[str, Any], tables: Sequence[Mapping[str, Any] | str] | Mapping[str, Any]
 ) -> dict[str, Any]:
     """A host's instances, its problems and its reshape, from its settings, its facts and the support tables of every
-    supported SGLang version (one table alone is taken as the pinned one)."""
-    return plan_host(settings, facts, tables, declared_variables())
+    supported SGLang version (one table alone is taken as the pinned one). A table may be given by its file's path: read
+    here as plain JSON, which is much cheaper than a table passed through Ansible's templating."""
+    loaded: Sequence[Mapping[str, Any]] | Mapping[str, Any] = (
+        tables
+        if isinstance(tables, Mapping)
+        else [support_table(table, Path(table).stat().st_mtime_ns) if isinstance(table, str) else table for table in tables]
+    )
+    return plan_host(settings, facts, loaded, declared_variables())
 
 
 class FilterModule:
@@ -73,3 +88,6 @@ class FilterModule:
             # The model directories of the instance groups that serve one of their own.
             "sglang_group_model_paths": group_model_paths,
         }
+
+
+declared_variables()

@@ -4,7 +4,9 @@ Measured in one run, each the median of three, every one through the command lin
 - `ansible -m setup` on both hosts (fact gathering alone: the floor any playbook pays),
 - a no-op `ansible-playbook deploy.yml` (must report changed=0) and `--check --diff`, as ratios to that floor,
 - the no-op deploy of b200 alone with 1 instance against the same host with its 7: the cost per instance (b200 is
-  deployed with one instance first, then back with its seven, and each shape is timed once converged).
+  deployed with one instance first, then back with its seven, and each shape is timed once converged),
+- the sandbox's stand-in nvidia-smi against the real driver's recorded answer time (what the probe's call costs here
+  and on a real host).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fleet import ROOT, SANDBOX_INVENTORY, overlay_inventory
+from fleet import ROOT, SANDBOX_INVENTORY, on_host, overlay_inventory
 
 ROUNDS = 3
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
@@ -53,6 +55,27 @@ def median(action: Callable[[], None]) -> float:
     return statistics.median(seconds(action) for _ in range(ROUNDS))
 
 
+# The real driver's answer times for the calls the plan's probe makes (tests/hardware/nvidia_smi_timing.py on an H200).
+REAL_SMI = ROOT / "tests/recordings/h200-driver-580.159.04/nvidia-smi-timing.json"
+TIME_STANDIN_QUERY = """
+import statistics, subprocess, time
+def once():
+    started = time.perf_counter()
+    subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id",
+                    "--format=csv,noheader,nounits"], capture_output=True, check=True)
+    return time.perf_counter() - started
+print(statistics.median(once() for _ in range(9)))
+"""
+
+
+def smi_query_seconds() -> tuple[float, float]:
+    """(the sandbox's stand-in, the real driver) answering the plan's --query-gpu, median seconds."""
+    import json
+
+    standin = float(on_host("b200", "python3", "-c", TIME_STANDIN_QUERY))
+    return standin, float(json.loads(REAL_SMI.read_text())["query_gpu"]["median"])
+
+
 def main() -> None:
     deploy(converged=False)  # converged first
     floor = median(setup)
@@ -66,11 +89,15 @@ def main() -> None:
         finally:
             deploy("--limit", "b200", converged=False)
     seven = median(lambda: deploy("--limit", "b200"))
+    standin, real = smi_query_seconds()
     print(f"ansible -m setup, both hosts:        {floor:6.1f} s")
     print(f"no-op deploy.yml (changed=0):        {noop:6.1f} s  = {noop / floor:4.1f}x setup (goal <= 2.0x)")
     print(f"--check --diff (changed=0):          {check:6.1f} s  = {check / floor:4.1f}x setup")
     print(f"no-op, b200 alone with 1 instance:   {one:6.1f} s")
     print(f"no-op, b200 alone with 7 instances:  {seven:6.1f} s  = {seven / one:4.2f}x 1 instance (goal <= 1.20x)")
+    # The probe calls nvidia-smi 3 times in the sandbox (its containers have no /proc/driver/nvidia: `-q -x` gives the
+    # minor numbers), twice on a real host.
+    print(f"nvidia-smi --query-gpu, stand-in:    {standin * 1000:6.0f} ms (a real H200's driver: {real * 1000:.0f} ms)")
 
 
 if __name__ == "__main__":

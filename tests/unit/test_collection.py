@@ -40,11 +40,11 @@ def test_the_checkout_is_the_collection_it_builds() -> None:
 
 
 def test_every_plugin_of_the_collection_documents_itself_as_ansible_doc_reads_it() -> None:
-    """ansible-doc shows every module, action-backed module, filter and lookup: their DOCUMENTATION, EXAMPLES and
+    """ansible-doc shows every module, action-backed module, lookup and callback: their DOCUMENTATION, EXAMPLES and
     RETURN are YAML Ansible parses (a plain line holding ': ' is not), with the required fields."""
     import subprocess
 
-    for kind, folder in (("module", "modules"), ("lookup", "lookup")):
+    for kind, folder in (("module", "modules"), ("lookup", "lookup"), ("callback", "callback")):
         names = sorted(path.stem for path in (ROOT / "plugins" / folder).glob("*.py") if not path.stem.startswith("_"))
         shown = subprocess.run(
             [str(ROOT / ".venv/bin/ansible-doc"), "--json", "-t", kind, *(f"sglang.fleet.{name}" for name in names)],

@@ -119,6 +119,26 @@ def test_architectures_across_versions(support_tables: list[dict[str, Any]], mod
     assert problem.endswith("fix: pin sglang_version 0.5.23 or serve another model")
 
 
+def test_tables_given_by_their_files_plan_as_the_tables_themselves(
+    support_tables: list[dict[str, Any]], model_facts: dict[str, Any]
+) -> None:
+    """The role gives the filter the tables' paths (_sglang_plan_support_tables); it reads them, the same tables."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
+    from conftest import host_facts, plan_settings
+
+    paths = [str(path) for path in sorted((ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))]
+    for version, variables in (("0.5.23", {}), ("0.5.17", {"sglang_environment": {"SGLANG_ENABLE_SPEC_V2": "1"}})):
+        settings = plan_settings("b200", sglang_version=version, **variables)
+        facts = host_facts("b200", model_facts)
+        by_path = sglang_plan(settings, facts, paths)
+        assert by_path == sglang_plan(settings, facts, support_tables)
+        assert len(by_path["instances"]) == 7
+    assert sglang_plan(plan_settings("b200", sglang_version="0.5.99"), facts, paths)["problems"] == [
+        "b200 host: sglang_version=\"0.5.99\": sglang-fleet has no support table for SGLang 0.5.99 "
+        "(supported: 0.5.17, 0.5.23); fix: pin one of the supported versions"
+    ]
+
+
 def test_unknown_version_is_one_problem(plan: Plan) -> None:
     result = plan("b200", sglang_version="0.5.99")
     assert result == {

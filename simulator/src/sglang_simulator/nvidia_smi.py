@@ -35,9 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
 
 from .gpus import Gpu, GpuError, Inventory, Usage, live_usages, load_inventory
 from .knobs import DEFAULT_GPUS_FILE, DEFAULT_STATE_DIR
@@ -80,8 +78,7 @@ def unknown_field(name: str) -> SmiError:
 @cache
 def accepted_fields() -> dict[str, list[list[str]]]:
     """``query_gpu`` / ``query_compute_apps``: each field as [name, *aliases], in the driver's order."""
-    data = resources.files("sglang_simulator").joinpath("data")
-    raw = json.loads(data.joinpath(FIELDS_FILE).read_text(encoding="utf-8"))
+    raw = json.loads((Path(__file__).parent / "data" / FIELDS_FILE).read_text(encoding="utf-8"))
     return {key: raw[key] for key in ("query_gpu", "query_compute_apps")}
 
 
@@ -302,6 +299,9 @@ class El:
     block: bool = False  # the text on a line of its own, as <mig_devices> has it
 
     def lines(self, depth: int) -> list[str]:
+        # Imported here: its imports (urllib) would slow each CSV query (the real tool answers in ~20 ms).
+        from xml.sax.saxutils import escape, quoteattr
+
         pad = "\t" * depth
         attrs = "".join(f" {k}={quoteattr(v)}" for k, v in self.attrs.items())
         if self.text is not None and not self.block:
