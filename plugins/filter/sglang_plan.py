@@ -28,9 +28,10 @@ def declared_variables(root: str = "") -> frozenset[str]:
     import yaml  # Ansible's controller always has PyYAML
 
     base = Path(root) if root else Path(__file__).resolve().parents[2]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML has it (~4x faster)
     names: set[str] = set()
     for spec in base.glob("roles/*/meta/argument_specs.yml"):
-        data = yaml.safe_load(spec.read_text()) or {}
+        data = yaml.load(spec.read_text(), Loader=loader) or {}  # a safe loader
         for entry in (data.get("argument_specs") or {}).values():
             names.update((entry or {}).get("options") or {})
     assigned = re.compile(r"^[ \t-]*(?:register:\s*)?((?:sglang|cuda)_\w+)\s*:?", re.MULTILINE)

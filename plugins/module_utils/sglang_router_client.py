@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,6 +54,11 @@ def request(
     router_url: str, method: str, path: str, payload: dict[str, Any] | None = None, api_key: str = "", timeout: float = 10.0
 ) -> tuple[int, Any]:
     """Sends one request; returns (HTTP status, decoded JSON or text). Raises RouterError when nothing answers."""
+    # Imported here: deploy's probe imports this module on every host, and asks a router only where the host has one
+    # (urllib.request brings http.client and email: ~25 ms of the probe's call).
+    import urllib.error
+    import urllib.request
+
     data = json.dumps(payload).encode() if payload is not None else None
     req = urllib.request.Request(router_url.rstrip("/") + path, data=data, method=method)
     req.add_header("Content-Type", "application/json")  # the router answers 415 to a POST without it

@@ -1,5 +1,6 @@
 """The callback sglang.fleet.prefork: the plugins it loads in the controller are the ones Ansible's plugin loader then
-uses (no worker imports them again), and a task's start freezes the controller's objects before its workers fork."""
+uses (no worker imports them again), Ansible's own Jinja plugins and the play's connection plugins are loaded as a worker
+asks for them, and a task's start freezes the controller's objects before its workers fork."""
 
 from __future__ import annotations
 
@@ -60,6 +61,70 @@ def test_a_plugin_that_fails_to_import_is_left_to_its_task(tmp_path: Path, monke
     (tmp_path / "filter" / "_private.py").write_text("raise RuntimeError('never imported')\n")
     monkeypatch.setattr(prefork, "PLUGINS", tmp_path)
     assert prefork.preload(("filter",)) == []
+
+
+# In a fresh interpreter, as a worker asks: a filter and a test of Ansible's own (each asks for all of them) and the
+# sandbox's connection plugin; with or without load_ansible_plugins first. What the asking imports and which plugin
+# settings it reads from the connection plugin's documentation (both inherited by a worker forked after the preload).
+WORKER_ASKS_FOR_ANSIBLE_PLUGINS = """
+import json, sys
+from ansible import constants
+from ansible.plugins.loader import connection_loader, filter_loader, init_plugin_loader, test_loader
+init_plugin_loader([sys.argv[1]])
+from ansible_collections.sglang.fleet.plugins.callback.prefork import load_ansible_plugins
+if sys.argv[2] == "preloaded":
+    load_ansible_plugins({"community.docker.docker"})
+modules = set(sys.modules)
+documented = constants.config.has_configuration_definition(
+    "connection", "ansible_collections.community.docker.plugins.connection.docker")
+assert filter_loader.get("ansible.builtin.to_yaml") is not None
+assert test_loader.get("ansible.builtin.version") is not None
+assert connection_loader.get("community.docker.docker", class_only=True) is not None
+print(json.dumps({"imported": sorted(set(sys.modules) - modules), "documented": documented}))
+"""
+
+
+@pytest.mark.parametrize("preloaded", [True, False])
+def test_ansible_filters_tests_and_connection_are_loaded_before_a_worker_asks(preloaded: bool) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", WORKER_ASKS_FOR_ANSIBLE_PLUGINS, str(ROOT / "collections"), "preloaded" if preloaded else "-"],
+        capture_output=True, text=True, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout)
+    if preloaded:
+        assert answer == {"imported": [], "documented": True}
+    else:  # what a worker did by itself
+        assert any(name.startswith("ansible.plugins.filter.core_") for name in answer["imported"])
+        assert any(name.startswith("ansible.plugins.test.core_") for name in answer["imported"])
+        assert "ansible_collections.community.docker.plugins.connection.docker" in answer["imported"]
+        assert answer["documented"] is False
+
+
+def test_the_play_s_connections_are_those_its_hosts_and_the_play_name(tmp_path: Path) -> None:
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.playbook.play import Play
+    from ansible.vars.manager import VariableManager
+    from ansible_collections.sglang.fleet.plugins.callback.prefork import connection_names
+
+    (tmp_path / "hosts.yml").write_text(
+        "servers:\n"
+        "  vars: {ansible_connection: community.docker.docker}\n"
+        "  hosts:\n"
+        "    a: {}\n"
+        "    b: {ansible_connection: local}\n"
+        '    c: {ansible_connection: \'{{ lookup("env", "CONNECTION") }}\'}\n'
+        "others:\n"
+        "  hosts: {d: {ansible_connection: paramiko}}\n"
+    )
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(tmp_path / "hosts.yml")])
+    manager = VariableManager(loader=loader, inventory=inventory)
+    play = Play.load({"hosts": "servers", "tasks": []}, variable_manager=manager, loader=loader)
+    assert connection_names(play) == {"ssh", "community.docker.docker", "local"}
+    play = Play.load({"hosts": "others", "connection": "local", "tasks": []}, variable_manager=manager, loader=loader)
+    assert connection_names(play) == {"local", "paramiko"}
 
 
 @pytest.fixture
