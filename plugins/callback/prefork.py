@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,21 +46,22 @@ PLUGINS = Path(__file__).resolve().parent.parent
 PACKAGE = "ansible_collections.sglang.fleet.plugins"
 
 
+def loaded(name: str, load: Callable[[], object]) -> bool:
+    """Whether `load` succeeded; a failure is the worker's to report, with its task (here only logged at -vvv)."""
+    try:
+        load()
+    except Exception as error:
+        display.vvv(f"sglang.fleet.prefork: not preloaded: {name}: {error}")
+        return False
+    return True
+
+
 def preload(folders: tuple[str, ...] = ("action", "filter", "lookup")) -> list[str]:
     """Import the collection's plugins of `folders` under the names Ansible's plugin loader gives them (it takes a
     module already in sys.modules as loaded); returns the names imported. One that fails is left for its worker to
     report when a task uses it."""
-    imported = []
-    for folder in folders:
-        for path in sorted((PLUGINS / folder).glob("[!_]*.py")):
-            name = f"{PACKAGE}.{folder}.{path.stem}"
-            try:
-                importlib.import_module(name)
-            except Exception as error:  # any failure is the worker's to report, with its task
-                display.vvv(f"sglang.fleet.prefork: not preloaded: {name}: {error}")
-                continue
-            imported.append(name)
-    return imported
+    names = [f"{PACKAGE}.{folder}.{path.stem}" for folder in folders for path in sorted((PLUGINS / folder).glob("[!_]*.py"))]
+    return [name for name in names if loaded(name, functools.partial(importlib.import_module, name))]
 
 
 def connection_names(play: Any) -> set[str]:
@@ -76,15 +79,10 @@ def connection_names(play: Any) -> set[str]:
 def load_ansible_plugins(connections: set[str]) -> None:
     """Ansible's own Jinja filters and tests (asking for one loads them all) and the connection plugins `connections`,
     as the plugin loader keeps them. One that fails is left for its worker to report."""
-    for loader, name, options in [
-        (filter_loader, "ansible.builtin.to_json", {}),
-        (test_loader, "ansible.builtin.version", {}),
-        *((connection_loader, connection, {"class_only": True}) for connection in sorted(connections)),
-    ]:
-        try:
-            loader.get(name, **options)
-        except Exception as error:  # any failure is the worker's to report, with its task
-            display.vvv(f"sglang.fleet.prefork: not preloaded: {name}: {error}")
+    loaded("ansible.builtin.to_json", functools.partial(filter_loader.get, "ansible.builtin.to_json"))
+    loaded("ansible.builtin.version", functools.partial(test_loader.get, "ansible.builtin.version"))
+    for connection in sorted(connections):
+        loaded(connection, functools.partial(connection_loader.get, connection, class_only=True))
 
 
 class CallbackModule(CallbackBase):  # type: ignore[misc]
