@@ -1,0 +1,214 @@
+"""Jinja's compiled templates kept on the control node's disk, for the worker processes of a run and for the next runs.
+
+Ansible compiles a template each time it meets one (parse, generate Python, compile it) and keeps nothing: every worker
+of a run compiles again the same role variables, and every run compiles again the same playbook. The code Jinja makes
+of a template depends on the template's text, the environment's syntax settings, Ansible's and Jinja's versions and,
+for each filter and test it names, whether that exists and what it is passed (context, environment). All of them are
+part of the key or checked as an entry is read; anything else (a debugger asking for the generated source, a template
+already parsed, as a conditional is) is compiled as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.util
+import marshal
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import CodeType
+from typing import Any
+
+import ansible.release
+import jinja2
+from ansible._internal._datatag._tags import SourceWasEncrypted, VaultedValue
+from ansible._internal._templating._jinja_bits import (
+    _TEMPLATE_OVERRIDE_FIELD_NAMES,
+    AnsibleEnvironment,
+    _TemplateCompileContext,
+)
+from ansible._internal._templating._jinja_common import _TemplateConfig
+from jinja2 import nodes
+from jinja2.utils import _PassArg
+
+FORMAT = 1
+KEEP_UNUSED_SECONDS = 30 * 24 * 3600
+# An entry's time is refreshed when it is read, at most this often: read entries are kept, unused ones pruned.
+REFRESH_SECONDS = 24 * 3600
+
+Dependency = tuple[str, str, "str | None"]  # ("filter" | "test", name, how Jinja passes it: None, or absent as "-")
+
+
+def folder_for(base: Path) -> Path:
+    """The folder of this Ansible, Jinja and Python under `base` (a code object is only valid for them)."""
+    python = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"
+    return base / f"ansible-{ansible.release.__version__}-jinja2-{jinja2.__version__}-{python}-{FORMAT}"
+
+
+def settings(environment: jinja2.Environment) -> tuple[Any, ...]:
+    """What of the environment and of Ansible's configuration the generated code depends on, besides the text."""
+    escape = _TemplateCompileContext.current(optional=True)
+    return (
+        tuple(getattr(environment, name) for name in _TEMPLATE_OVERRIDE_FIELD_NAMES),
+        environment.optimized,
+        environment.is_async,
+        bool(environment.autoescape),
+        tuple(sorted(environment.extensions)),
+        _TemplateConfig.allow_embedded_templates,
+        escape.escape_backslashes if escape else None,
+    )
+
+
+def key(source: str, name: str | None, filename: str | None, defer_init: bool, environment: jinja2.Environment) -> str:
+    header = repr((name, filename, defer_init, settings(environment))).encode()
+    return hashlib.sha256(header + b"\0" + source.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def passed(function: Callable[..., Any] | None) -> str | None:
+    """How Jinja's generated code calls `function` (a filter or test): "-" when there is none."""
+    if function is None:
+        return "-"
+    how = _PassArg.from_obj(function)
+    return how.name if how else None
+
+
+def dependencies(tree: nodes.Template, environment: jinja2.Environment) -> tuple[Dependency, ...]:
+    """Every filter and test `tree` names, with how Jinja's generated code calls it now."""
+    named = {("filter", node.name) for node in tree.find_all(nodes.Filter)}
+    named |= {("test", node.name) for node in tree.find_all(nodes.Test)}
+    return tuple(sorted((kind, name, passed(plugins(environment, kind).get(name))) for kind, name in named))
+
+
+def plugins(environment: jinja2.Environment, kind: str) -> Any:
+    return environment.filters if kind == "filter" else environment.tests
+
+
+def unchanged(recorded: Iterable[Dependency], environment: jinja2.Environment) -> bool:
+    return all(passed(plugins(environment, kind).get(name)) == how for kind, name, how in recorded)
+
+
+def read(path: Path, environment: jinja2.Environment) -> CodeType | None:
+    """The entry at `path` when it exists, is whole and its filters and tests are still called as it was made for."""
+    try:
+        with path.open("rb") as entry:
+            recorded, code = marshal.load(entry)
+            if not isinstance(code, CodeType) or not unchanged(recorded, environment):
+                return None
+            if time.time() - os.fstat(entry.fileno()).st_mtime > REFRESH_SECONDS:
+                os.utime(entry.fileno())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    return code
+
+
+def write(path: Path, recorded: tuple[Dependency, ...], code: CodeType) -> None:
+    """Write the entry whole or not at all, readable by its user alone (workers of a run may write one key at once); a
+    failure leaves no entry."""
+    partial = None
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor, name = tempfile.mkstemp(dir=path.parent, suffix=".part")
+        partial = Path(name)
+        with os.fdopen(descriptor, "wb") as entry:
+            entry.write(marshal.dumps((recorded, code)))
+        partial.replace(path)
+    except OSError:
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+
+
+def cacheable(source: object, environment: Any) -> bool:
+    """Not a parsed tree, not for a debugger, not a secret (a vaulted file or value: its text would be in the entry),
+    not with Jinja extensions (their code is no part of the key), not compile-time autoescape (it calls a filter)."""
+    return (
+        isinstance(source, str)
+        and not getattr(environment, "_debuggable_template_source", False)
+        and not SourceWasEncrypted.is_tagged_on(source)
+        and not VaultedValue.is_tagged_on(source)
+        and not environment.extensions
+        and "autoescape" not in source
+    )
+
+
+def caching(compile_template: Callable[..., Any], folder: Path) -> Callable[..., Any]:
+    """`compile_template` (Jinja's Environment.compile) with the code of a template text read from `folder` when there,
+    written there when not."""
+
+    @functools.wraps(compile_template)
+    def compile_cached(
+        self: Any, source: Any, name: str | None = None, filename: str | None = None, raw: bool = False,
+        defer_init: bool = False,
+    ) -> Any:  # fmt: skip
+        if raw or not cacheable(source, self):
+            return compile_template(self, source, name, filename, raw, defer_init)
+        path = folder / key(source, name, filename, defer_init, self)
+        code = read(path, self)
+        if code is None:
+            code = compile_template(self, source, name, filename, raw, defer_init)
+            try:
+                recorded = dependencies(self._parse(source, name, filename), self)
+            except Exception:  # a filter the compile never asked for fails to load: only not kept
+                return code
+            write(path, recorded, code)
+        return code
+
+    compile_cached.uncached = compile_template  # type: ignore[attr-defined]
+    return compile_cached
+
+
+def private(base: Path) -> bool:
+    """Create `base` for this user alone; whether it is so (the cache holds code this process runs: a folder another
+    user could write is not used)."""
+    with contextlib.suppress(OSError):
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        status = base.stat()
+    except OSError:
+        return False
+    return base.is_dir() and status.st_uid == os.geteuid() and status.st_mode & 0o022 == 0
+
+
+def install(base: Path) -> Path:
+    """Make every AnsibleEnvironment of this process, and of the processes it forks, compile through the cache under
+    `base`; returns the folder used. Installing again changes only the folder."""
+    folder = folder_for(base)
+    compile_template = getattr(AnsibleEnvironment.compile, "uncached", AnsibleEnvironment.compile)
+    AnsibleEnvironment.compile = caching(compile_template, folder)
+    return folder
+
+
+def uninstall() -> None:
+    compile_template = getattr(AnsibleEnvironment.compile, "uncached", None)
+    if compile_template is not None:
+        AnsibleEnvironment.compile = compile_template
+
+
+def prune(base: Path, now: float | None = None) -> int:
+    """Remove the folders of other versions under `base`, the entries not read for KEEP_UNUSED_SECONDS and the partial
+    writes of workers that died (an hour old); returns the number of files removed."""
+    now = time.time() if now is None else now
+    current = folder_for(base)
+    removed = 0
+    for folder in base.glob("ansible-*") if base.is_dir() else ():
+        try:
+            entries = list(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                age = now - entry.stat().st_mtime
+                if folder != current or age > (3600 if entry.name.endswith(".part") else KEEP_UNUSED_SECONDS):
+                    entry.unlink()
+                    removed += 1
+            except OSError:
+                continue
+        if folder != current:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return removed
