@@ -114,6 +114,10 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
     CALLBACK_NAME = "sglang.fleet.prefork"
     CALLBACK_NEEDS_ENABLED = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.installed: Path | None = None  # the cache folder in use, once a play started
+
     def cache_dir(self) -> Path | None:
         if not self.get_option("cache"):
             return None
@@ -126,12 +130,13 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
         if (folder := self.cache_dir()) is not None:
             if template_cache.private(folder):
                 template_cache.install(folder / "templates")
+                self.installed = folder
             else:
                 display.warning(f"sglang.fleet.prefork: templates compiled as usual: {folder} is not this user's alone")
 
     def v2_playbook_on_stats(self, stats: Any) -> None:
-        if (folder := self.cache_dir()) is not None and template_cache.private(folder):
-            template_cache.prune(folder / "templates")
+        if self.installed is not None:
+            template_cache.prune(self.installed / "templates")
 
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
         gc.freeze()

@@ -77,19 +77,21 @@ def passed(function: Callable[..., Any] | None) -> str | None:
     return how.name if how else None
 
 
+def called(environment: jinja2.Environment, kind: str, name: str) -> str | None:
+    """How Jinja's generated code calls the filter or test `name` of `environment` now (see `passed`)."""
+    plugins: Any = environment.filters if kind == "filter" else environment.tests
+    return passed(plugins.get(name))
+
+
 def dependencies(tree: nodes.Template, environment: jinja2.Environment) -> tuple[Dependency, ...]:
     """Every filter and test `tree` names, with how Jinja's generated code calls it now."""
     named = {("filter", node.name) for node in tree.find_all(nodes.Filter)}
     named |= {("test", node.name) for node in tree.find_all(nodes.Test)}
-    return tuple(sorted((kind, name, passed(plugins(environment, kind).get(name))) for kind, name in named))
-
-
-def plugins(environment: jinja2.Environment, kind: str) -> Any:
-    return environment.filters if kind == "filter" else environment.tests
+    return tuple(sorted((kind, name, called(environment, kind, name)) for kind, name in named))
 
 
 def unchanged(recorded: Iterable[Dependency], environment: jinja2.Environment) -> bool:
-    return all(passed(plugins(environment, kind).get(name)) == how for kind, name, how in recorded)
+    return all(called(environment, kind, name) == how for kind, name, how in recorded)
 
 
 def read(path: Path, environment: jinja2.Environment) -> CodeType | None:
