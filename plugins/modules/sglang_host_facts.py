@@ -31,9 +31,11 @@ description:
     error in C(gpu_error); the minor never defaults to the index.
   - Records which of C(/dev/nvidiactl), C(/dev/nvidia-uvm), C(/dev/nvidia-uvm-tools) and C(/dev/nvidia<N>) exist.
   - Runs C(nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory,process_name) for the processes using the GPUs.
+    The nvidia-smi calls run side by side (C(-q -x) from the start where C(/proc/driver/nvidia/gpus) is absent).
   - Maps each GPU process and each listening TCP port to its PID, program name and systemd unit.
   - Reads host RAM from C(/proc/meminfo) and the glibc version from the C library, and asks each of C(python3),
-    C(python3.11), C(python3.12) and C(python3.13) found on C(PATH) for its version.
+    C(python3.11), C(python3.12) and C(python3.13) found on C(PATH) for its version (all at once; the Python running
+    the module answers for itself).
   - With I(model), also reads the model directory in the same call and returns it as C(model). From C(config.json)
     the architecture, the MTP layer count (top level or C(text_config)) and the text model's attention heads, KV heads,
     hidden size and context length (as SGLang derives it), its model type and whether it has code of its own or a
@@ -189,6 +191,9 @@ model:
 GPU_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
 PROC_GPUS = "/proc/driver/nvidia/gpus"
+GPU_QUERY = (f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits")
+APP_QUERY = (f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits")
+XML_QUERY = ("-q", "-x")
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 TCP_LISTEN = "0A"
 
@@ -376,18 +381,50 @@ def glibc_version() -> str:
     return found.split()[-1] if found else ""
 
 
-def run_smi(nvidia_smi: str, *args: str) -> tuple[str, str | None]:
-    """(stdout, error): error is None when nvidia-smi exited 0."""
-    try:
-        done = subprocess.run([nvidia_smi, *args], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return "", f"{nvidia_smi}: {error}"
-    if done.returncode != 0:
-        return done.stdout, (done.stderr or done.stdout).strip() or f"{nvidia_smi} exited {done.returncode}"
-    return done.stdout, None
+class NvidiaSmi:
+    """Calls of nvidia-smi that run side by side: each starts when first named (start) and is read when its answer is
+    needed (answer); close ends those never read."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.calls: dict[tuple[str, ...], subprocess.Popen[str]] = {}
+        self.answers: dict[tuple[str, ...], tuple[str, str | None]] = {}
+
+    def start(self, *args: str) -> None:
+        if args in self.calls or args in self.answers:
+            return
+        try:
+            self.calls[args] = subprocess.Popen([self.path, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        except OSError as error:
+            self.answers[args] = ("", f"{self.path}: {error}")
+
+    def answer(self, *args: str) -> tuple[str, str | None]:
+        """(stdout, error): error is None when nvidia-smi exited 0."""
+        self.start(*args)
+        if args in self.answers:
+            return self.answers[args]
+        call = self.calls.pop(args)
+        failure: str | None = None
+        try:
+            stdout, stderr = call.communicate(timeout=60)
+        except subprocess.TimeoutExpired as error:
+            call.kill()
+            call.communicate()
+            stdout, failure = "", f"{self.path}: {error}"
+        else:
+            if call.returncode != 0:
+                failure = (stderr or stdout).strip() or f"{self.path} exited {call.returncode}"
+        self.answers[args] = (stdout, failure)
+        return self.answers[args]
+
+    def close(self) -> None:
+        while self.calls:
+            _, call = self.calls.popitem()
+            call.kill()
+            call.communicate()
 
 
-def add_minors(gpus: list[dict[str, Any]], nvidia_smi: str, proc_gpus: str = PROC_GPUS) -> str | None:
+def add_minors(gpus: list[dict[str, Any]], nvidia_smi: NvidiaSmi, proc_gpus: str = PROC_GPUS) -> str | None:
     """Set each GPU's minor_number and device (/dev/nvidia<minor>): from /proc, else `nvidia-smi -q -x`.
 
     Returns an error for GPUs whose minor neither source gives (their minor_number and device stay None).
@@ -398,11 +435,11 @@ def add_minors(gpus: list[dict[str, Any]], nvidia_smi: str, proc_gpus: str = PRO
     for gpu in gpus:
         minor = proc_minor(gpu, proc_gpus)
         if minor is None and xml_minors is None:
-            text, xml_error = run_smi(nvidia_smi, "-q", "-x")
+            text, xml_error = nvidia_smi.answer(*XML_QUERY)
             try:
                 xml_minors = parse_xml_minors(text) if xml_error is None else {}
             except ElementTree.ParseError as error:
-                xml_minors, xml_error = {}, f"cannot parse `{nvidia_smi} -q -x`: {error}"
+                xml_minors, xml_error = {}, f"cannot parse `{nvidia_smi.path} -q -x`: {error}"
         if minor is None and xml_minors is not None:
             minor = xml_minors.get(gpu["uuid"])
         gpu["minor_number"] = minor
@@ -413,7 +450,7 @@ def add_minors(gpus: list[dict[str, Any]], nvidia_smi: str, proc_gpus: str = PRO
         return None
     return (
         f"no device minor number for {', '.join(missing)}: not in {proc_gpus}/<bus id>/information"
-        f" nor in `{nvidia_smi} -q -x`" + (f" ({xml_error})" if xml_error else "")
+        f" nor in `{nvidia_smi.path} -q -x`" + (f" ({xml_error})" if xml_error else "")
     )
 
 
@@ -421,48 +458,70 @@ def add_minors(gpus: list[dict[str, Any]], nvidia_smi: str, proc_gpus: str = PRO
 PYTHON_NAMES = ("python3", "python3.11", "python3.12", "python3.13")
 
 
-def python_versions(names: tuple[str, ...] = PYTHON_NAMES, run: Any = subprocess.run) -> dict[str, str]:
-    """The version (major.minor) of each of `names` found on PATH, by its name and by its path, as it answers."""
+def python_versions(names: tuple[str, ...] = PYTHON_NAMES) -> dict[str, str]:
+    """The version (major.minor) of each of `names` found on PATH, by its name and by its path, as it answers (all asked
+    at once; the Python running this module answers for itself)."""
     import shutil
+    import sys
 
     found = {}
+    asked: dict[tuple[str, str], subprocess.Popen[str]] = {}  # (name, path): its answer
     for name in names:
         path = shutil.which(name)
         if not path:
             continue
-        try:
-            result = run([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True,
-                         timeout=30, check=False)  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired):
+        if os.path.realpath(path) == os.path.realpath(sys.executable):
+            found[name] = found[path] = f"{sys.version_info.major}.{sys.version_info.minor}"
             continue
-        if result.returncode == 0:
-            found[name] = found[path] = result.stdout.strip()
+        try:
+            asked[name, path] = subprocess.Popen([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+        except OSError:
+            continue
+    for (name, path), call in asked.items():
+        try:
+            stdout, _ = call.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            call.kill()
+            call.communicate()
+            continue
+        if call.returncode == 0:
+            found[name] = found[path] = stdout.strip()
     return found
 
 
 def gather(nvidia_smi: str, proc_gpus: str = PROC_GPUS, dev: str = "/dev") -> dict[str, Any]:
-    facts: dict[str, Any] = {
-        "gpus": [],
-        "gpu_processes": [],
-        "gpu_error": None,
-        "driver_version": None,
-        "device_nodes": device_nodes(dev),
-        "memtotal_mb": memtotal_mb(),
-        "glibc_version": glibc_version(),
-        "python_versions": python_versions(),
-        "listening": listening_ports(),
-    }
-    text, facts["gpu_error"] = run_smi(nvidia_smi, f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits")
-    if facts["gpu_error"]:
+    smi = NvidiaSmi(nvidia_smi)
+    # Side by side: the GPUs, their processes and, where the driver has no /proc entries to read minors from, the XML.
+    smi.start(*GPU_QUERY)
+    smi.start(*APP_QUERY)
+    if not os.path.isdir(proc_gpus):
+        smi.start(*XML_QUERY)
+    try:
+        facts: dict[str, Any] = {
+            "gpus": [],
+            "gpu_processes": [],
+            "gpu_error": None,
+            "driver_version": None,
+            "device_nodes": device_nodes(dev),
+            "memtotal_mb": memtotal_mb(),
+            "glibc_version": glibc_version(),
+            "python_versions": python_versions(),
+            "listening": listening_ports(),
+        }
+        text, facts["gpu_error"] = smi.answer(*GPU_QUERY)
+        if facts["gpu_error"]:
+            return facts
+        facts["gpus"] = parse_gpus(text)
+        if facts["gpus"]:
+            facts["driver_version"] = facts["gpus"][0]["driver_version"]
+        facts["gpu_error"] = add_minors(facts["gpus"], smi, proc_gpus)
+        text, error = smi.answer(*APP_QUERY)
+        by_uuid = {gpu["uuid"]: gpu["index"] for gpu in facts["gpus"]}
+        facts["gpu_processes"] = [{**app, "unit": unit_of(app["pid"])} for app in ([] if error else parse_apps(text, by_uuid))]
         return facts
-    facts["gpus"] = parse_gpus(text)
-    if facts["gpus"]:
-        facts["driver_version"] = facts["gpus"][0]["driver_version"]
-    facts["gpu_error"] = add_minors(facts["gpus"], nvidia_smi, proc_gpus)
-    text, error = run_smi(nvidia_smi, f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits")
-    by_uuid = {gpu["uuid"]: gpu["index"] for gpu in facts["gpus"]}
-    facts["gpu_processes"] = [{**app, "unit": unit_of(app["pid"])} for app in ([] if error else parse_apps(text, by_uuid))]
-    return facts
+    finally:
+        smi.close()
 
 
 def ansible_facts(module: Any, subsets: list[str]) -> dict[str, Any]:

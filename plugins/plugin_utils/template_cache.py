@@ -10,15 +10,11 @@ already parsed, as a conditional is) is compiled as before.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import importlib.util
 import marshal
-import os
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import CodeType
@@ -33,13 +29,11 @@ from ansible._internal._templating._jinja_bits import (
     _TemplateCompileContext,
 )
 from ansible._internal._templating._jinja_common import _TemplateConfig
+from ansible_collections.sglang.fleet.plugins.plugin_utils import disk_cache
 from jinja2 import nodes
 from jinja2.utils import _PassArg
 
 FORMAT = 1
-KEEP_UNUSED_SECONDS = 30 * 24 * 3600
-# An entry's time is refreshed when it is read, at most this often: read entries are kept, unused ones pruned.
-REFRESH_SECONDS = 24 * 3600
 
 Dependency = tuple[str, str, "str | None"]  # ("filter" | "test", name, how Jinja passes it: None, or absent as "-")
 
@@ -101,28 +95,10 @@ def read(path: Path, environment: jinja2.Environment) -> CodeType | None:
             recorded, code = marshal.load(entry)
             if not isinstance(code, CodeType) or not unchanged(recorded, environment):
                 return None
-            if time.time() - os.fstat(entry.fileno()).st_mtime > REFRESH_SECONDS:
-                os.utime(entry.fileno())
+            disk_cache.refresh(entry)
     except (OSError, EOFError, ValueError, TypeError):
         return None
     return code
-
-
-def write(path: Path, recorded: tuple[Dependency, ...], code: CodeType) -> None:
-    """Write the entry whole or not at all, readable by its user alone (workers of a run may write one key at once); a
-    failure leaves no entry."""
-    partial = None
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        descriptor, name = tempfile.mkstemp(dir=path.parent, suffix=".part")
-        partial = Path(name)
-        with os.fdopen(descriptor, "wb") as entry:
-            entry.write(marshal.dumps((recorded, code)))
-        partial.replace(path)
-    except OSError:
-        if partial is not None:
-            with contextlib.suppress(OSError):
-                partial.unlink()
 
 
 def cacheable(source: object, environment: Any) -> bool:
@@ -157,23 +133,11 @@ def caching(compile_template: Callable[..., Any], folder: Path) -> Callable[...,
                 recorded = dependencies(self._parse(source, name, filename), self)
             except Exception:  # a filter the compile never asked for fails to load: only not kept
                 return code
-            write(path, recorded, code)
+            disk_cache.write(path, marshal.dumps((recorded, code)))
         return code
 
     compile_cached.uncached = compile_template  # type: ignore[attr-defined]
     return compile_cached
-
-
-def private(base: Path) -> bool:
-    """Create `base` for this user alone; whether it is so (the cache holds code this process runs: a folder another
-    user could write is not used)."""
-    with contextlib.suppress(OSError):
-        base.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        status = base.stat()
-    except OSError:
-        return False
-    return base.is_dir() and status.st_uid == os.geteuid() and status.st_mode & 0o022 == 0
 
 
 def install(base: Path) -> Path:
@@ -192,25 +156,5 @@ def uninstall() -> None:
 
 
 def prune(base: Path, now: float | None = None) -> int:
-    """Remove the folders of other versions under `base`, the entries not read for KEEP_UNUSED_SECONDS and the partial
-    writes of workers that died (an hour old); returns the number of files removed."""
-    now = time.time() if now is None else now
-    current = folder_for(base)
-    removed = 0
-    for folder in base.glob("ansible-*") if base.is_dir() else ():
-        try:
-            entries = list(folder.iterdir())
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                age = now - entry.stat().st_mtime
-                if folder != current or age > (3600 if entry.name.endswith(".part") else KEEP_UNUSED_SECONDS):
-                    entry.unlink()
-                    removed += 1
-            except OSError:
-                continue
-        if folder != current:
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-    return removed
+    """Remove the entries no run read for a month, and the folders of other versions (disk_cache.prune)."""
+    return disk_cache.prune(base, folder_for(base), now)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts as module
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "h200-driver-580.159.04"
@@ -105,26 +108,26 @@ def test_parse_proc_information() -> None:
 def test_minor_from_proc_needs_no_nvidia_smi(tmp_path: Path) -> None:
     proc_entry(tmp_path / "gpus", "0000:00:06.0", 3)
     gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
-    assert module.add_minors(gpus, str(tmp_path / "no-nvidia-smi"), str(tmp_path / "gpus")) is None
+    assert module.add_minors(gpus, module.NvidiaSmi(str(tmp_path / "no-nvidia-smi")), str(tmp_path / "gpus")) is None
     assert (gpus[0]["minor_number"], gpus[0]["device"]) == (3, "/dev/nvidia3")
 
 
 def test_minor_falls_back_to_the_xml(tmp_path: Path) -> None:
     proc_entry(tmp_path / "gpus", "0000:00:06.0", 3, uuid="GPU-another")  # about another GPU: not trusted
     gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
-    assert module.add_minors(gpus, fake_nvidia_smi(tmp_path), str(tmp_path / "gpus")) is None
+    assert module.add_minors(gpus, module.NvidiaSmi(fake_nvidia_smi(tmp_path)), str(tmp_path / "gpus")) is None
     assert (gpus[0]["minor_number"], gpus[0]["device"]) == (0, "/dev/nvidia0")
 
 
 def test_a_gpu_without_minor_is_an_error_not_its_index(tmp_path: Path) -> None:
     gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
-    error = module.add_minors(gpus, fake_nvidia_smi(tmp_path, xml=None), str(tmp_path / "gpus"))
+    error = module.add_minors(gpus, module.NvidiaSmi(fake_nvidia_smi(tmp_path, xml=None)), str(tmp_path / "gpus"))
     assert error is not None
     assert f"GPU 0 ({H200_UUID}, {H200_BUS})" in error and "No devices were found" in error
     assert (gpus[0]["minor_number"], gpus[0]["device"]) == (None, None)
     # An XML about other GPUs (nvidia-smi-q.xml is another machine) gives no minor either.
     gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
-    assert module.add_minors(gpus, fake_nvidia_smi(tmp_path, xml="nvidia-smi-q.xml"), str(tmp_path / "gpus"))
+    assert module.add_minors(gpus, module.NvidiaSmi(fake_nvidia_smi(tmp_path, xml="nvidia-smi-q.xml")), str(tmp_path / "gpus"))
     assert gpus[0]["minor_number"] is None
 
 
@@ -242,3 +245,70 @@ def test_python_versions_are_asked_of_each_python_on_path_by_name_and_path(tmp_p
         "python3.12": "3.12",
         str(tmp_path / "python3.12"): "3.12",
     }, "python3.11 is not on PATH; python3.13 does not answer"
+
+
+def test_the_python_running_the_module_answers_for_itself(tmp_path: Path, monkeypatch: Any) -> None:
+    (tmp_path / "python3.13").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    asked = []
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **_: asked.append(argv))
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert module.python_versions() == {"python3.13": running, str(tmp_path / "python3.13"): running}
+    assert asked == []
+
+
+def waiting_nvidia_smi(folder: Path, *, refuse_gpus: bool = False) -> str:
+    """An nvidia-smi that answers only once all three calls of a host without /proc entries are running (else, after
+    20 s, it says it was called one after the other), each writing its pid under `folder`/calls. With `refuse_gpus`,
+    the GPU query is refused as the real driver refuses a field, and the other two calls never end."""
+    calls = folder / "calls"
+    calls.mkdir(parents=True)
+    never_ends = "exec sleep 60"
+    answers = {
+        "gpus": f'cat "{RECORDING}/unknown-field.txt" | head -n 2; exit 2' if refuse_gpus
+        else f'cat "{RECORDING}/query-gpu-with-torch.csv"',
+        "apps": never_ends if refuse_gpus else f'head -n 1 "{RECORDING}/compute-apps-with-torch.csv"',
+        "xml": never_ends if refuse_gpus else f'cat "{RECORDING}/nvidia-smi-q-with-torch.xml"',
+    }  # fmt: skip
+    script = folder / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo $$ > "{calls}/$1"\n'
+        f'count() {{ ls "{calls}" | wc -l; }}\n'
+        'i=0; while [ "$(count)" -lt 3 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done\n'
+        '[ "$(count)" -ge 3 ] || { echo "called one after the other"; exit 9; }\n'
+        'case "$1" in\n'
+        f"  --query-gpu*) {answers['gpus']};;\n"
+        f"  --query-compute-apps*) {answers['apps']};;\n"
+        f"  -q) {answers['xml']};;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_the_nvidia_smi_calls_run_side_by_side(tmp_path: Path) -> None:
+    facts = module.gather(waiting_nvidia_smi(tmp_path), str(tmp_path / "no-proc"), str(tmp_path))
+    assert facts["gpu_error"] is None, facts["gpu_error"]
+    assert [(gpu["uuid"], gpu["device"]) for gpu in facts["gpus"]] == [(H200_UUID, "/dev/nvidia0")]
+    assert [process["pid"] for process in facts["gpu_processes"]] == [431]
+
+
+def test_a_refused_gpu_query_ends_the_other_calls(tmp_path: Path) -> None:
+    facts = module.gather(waiting_nvidia_smi(tmp_path, refuse_gpus=True), str(tmp_path / "no-proc"), str(tmp_path))
+    assert facts["gpu_error"] == 'Field "bogus_field" is not a valid field to query.'
+    for call in ("--query-compute-apps=" + module.APP_FIELDS, "-q"):
+        pid = int((tmp_path / "calls" / call).read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # killed and reaped, not left running on the host
+
+
+def test_the_real_driver_answers_side_by_side_as_one_after_the_other() -> None:
+    """Recorded on an H200 (tests/hardware/host_facts_side_by_side.py): the three calls started at once, as gather()
+    starts them on a host without /proc entries, and the same calls in turn."""
+    recording = json.loads((RECORDING / "host-facts-side-by-side.json").read_text())
+    side_by_side, in_turn = recording["answers"]["side_by_side"], recording["answers"]["one_after_the_other"]
+    assert side_by_side == in_turn
+    assert side_by_side["errors"] == {"query_gpu": None, "query_compute_apps": None, "q_x": None}
+    assert side_by_side["xml_minors"] == {side_by_side["gpus"][0]["uuid"]: 0}
+    assert recording["gather"]["gpu_error"] is None and recording["gather"]["gpus"][0]["device"] == "/dev/nvidia0"

@@ -16,7 +16,7 @@ from typing import Any
 
 import jinja2
 import pytest
-from ansible_collections.sglang.fleet.plugins.plugin_utils import template_cache
+from ansible_collections.sglang.fleet.plugins.plugin_utils import disk_cache, template_cache
 from fleet import ROOT
 from jinja2 import pass_context
 
@@ -130,7 +130,7 @@ def test_prune_keeps_what_runs_read_and_removes_other_versions_and_stale_writes(
     for name in ("read", "unread", "written1.part", "writing2.part"):
         (current / name).write_bytes(b"")
     now = time.time()
-    month = template_cache.KEEP_UNUSED_SECONDS
+    month = disk_cache.KEEP_UNUSED_SECONDS
     os.utime(current / "read", (now, now - month + 60))
     os.utime(current / "unread", (now, now - month - 60))
     os.utime(current / "written1.part", (now, now - 7200))
@@ -145,7 +145,7 @@ def test_reading_an_entry_a_day_old_keeps_it_for_another_month(tmp_path: Path) -
     _, compile_template = cached_compile(tmp_path)
     render(environment, compile_template, "{{ x }}", x=1)
     (entry,) = tmp_path.iterdir()
-    old = time.time() - 2 * template_cache.REFRESH_SECONDS
+    old = time.time() - 2 * disk_cache.REFRESH_SECONDS
     os.utime(entry, (old, old))
     render(environment, compile_template, "{{ x }}", x=1)
     assert time.time() - entry.stat().st_mtime < 60
@@ -162,7 +162,7 @@ init_plugin_loader([sys.argv[1]])
 from ansible._internal._datatag._tags import TrustedAsTemplate
 from ansible._internal._templating._jinja_bits import AnsibleEnvironment
 from ansible.template import Templar
-from ansible_collections.sglang.fleet.plugins.plugin_utils import template_cache
+from ansible_collections.sglang.fleet.plugins.plugin_utils import disk_cache, template_cache
 template_cache.install(Path(sys.argv[2]))
 compiled = []
 cached = AnsibleEnvironment.compile
@@ -234,17 +234,21 @@ def test_an_entry_is_its_user_s_alone_and_a_folder_others_can_write_is_not_used(
     render(jinja2.Environment(), compile_template, "{{ x }}", x=1)
     (entry,) = (tmp_path / "cache" / "templates").iterdir()
     assert entry.stat().st_mode & 0o777 == 0o600
-    assert template_cache.private(tmp_path / "new")
+    assert disk_cache.private(tmp_path / "new")
     assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
     (tmp_path / "shared").mkdir(mode=0o777)
     (tmp_path / "shared").chmod(0o777)
-    assert not template_cache.private(tmp_path / "shared")
+    assert not disk_cache.private(tmp_path / "shared")
 
 
-PLAY = "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - ansible.builtin.debug: {msg: \"{{ 'po' ~ 'ng' }}\"}\n"
+PLAY = (
+    "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+    "    - ansible.builtin.debug: {msg: \"{{ 'po' ~ 'ng' }}\"}\n"
+    "    - ansible.builtin.ping:\n"
+)
 
 
-def test_the_callback_keeps_a_run_s_templates_under_its_cache_dir(tmp_path: Path) -> None:
+def test_the_callback_keeps_a_run_s_templates_and_payload_imports_under_its_cache_dir(tmp_path: Path) -> None:
     (tmp_path / "play.yml").write_text(PLAY)
     environment = {
         **os.environ,
@@ -254,10 +258,13 @@ def test_the_callback_keeps_a_run_s_templates_under_its_cache_dir(tmp_path: Path
         "SGLANG_FLEET_CACHE_DIR": str(tmp_path / "cache"),
     }
     run = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")],
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
         capture_output=True, text=True, check=False, env=environment, cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert '"msg": "pong"' in run.stdout
     assert list((tmp_path / "cache" / "templates").glob("ansible-*/*"))
+    imports = list((tmp_path / "cache" / "imports").glob("ansible-*/*"))  # ping's module_utils: basic and what it imports
+    assert len(imports) > 10 and all(entry.stat().st_mode & 0o777 == 0o600 for entry in imports)
     assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700

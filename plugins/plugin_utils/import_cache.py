@@ -1,0 +1,131 @@
+"""What each Python file of a module's payload imports, kept on the control node's disk by the file's text.
+
+Once per run for each module a play calls, Ansible builds the module's payload (AnsiballZ): it parses the module and
+every module_utils file it imports, and what those import, to find the next ones. On the sandbox that is 135 files for
+the plan's facts module, a quarter of a second before the first host gets its call. What one file imports follows from
+its text, its name and whether it is a package's __init__ (with Ansible's and Python's versions, part of the folder):
+that answer is what is kept, by the text's sha256. Everything else stays Ansible's own work on every run: where each
+import is found, which files are read, what the payload holds. A text is parsed only when no answer is kept for it.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.util
+import marshal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ansible.release
+from ansible.executor import module_common
+from ansible_collections.sglang.fleet.plugins.plugin_utils import disk_cache
+
+FORMAT = 1
+
+Imports = tuple[list[tuple[str, ...]], list[tuple[str, ...]]]  # (every import of module_utils, the optional ones)
+
+
+def folder_for(base: Path) -> Path:
+    """The folder of this Ansible (its import finder) and Python (its parser) under `base`."""
+    python = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"
+    return base / f"ansible-{ansible.release.__version__}-{python}-{FORMAT}"
+
+
+class Source:
+    """What Ansible's parse of a payload file returns here: the file's text, parsed only when something reads the tree
+    (a file whose imports are kept never is; its syntax errors are Ansible's, raised as it parses)."""
+
+    def __init__(self, parse: Callable[[str, Any], ast.Module], name: str, text: str | bytes) -> None:
+        self.parse = parse
+        self.name = name
+        self.text = text
+        self.parsed: ast.Module | None = None
+
+    @property
+    def tree(self) -> ast.Module:
+        if self.parsed is None:
+            self.parsed = self.parse(self.name, self.text)
+        return self.parsed
+
+    def __getattr__(self, attribute: str) -> Any:  # Ansible reads the module's METADATA from the tree's body
+        return getattr(self.tree, attribute)
+
+
+def key(module_fqn: str, is_pkg_init: bool, text: str | bytes) -> str:
+    # Python decodes text given as bytes by its coding line, text given as str as it is: their type is part of the key.
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    header = repr((module_fqn, bool(is_pkg_init), type(text).__name__)).encode()
+    return hashlib.sha256(header + b"\0" + data).hexdigest()
+
+
+def names(value: object) -> list[tuple[str, ...]] | None:
+    """`value` when it is a list of dotted names as tuples of strings, else None."""
+    if isinstance(value, list) and all(isinstance(name, tuple) and all(isinstance(part, str) for part in name) for name in value):
+        return value
+    return None
+
+
+def read(path: Path) -> Imports | None:
+    """The entry at `path` when it exists and is whole."""
+    try:
+        with path.open("rb") as entry:
+            every, optional = marshal.load(entry)
+            disk_cache.refresh(entry)
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    every, optional = names(every), names(optional)
+    return None if every is None or optional is None else (every, optional)
+
+
+def caching(finder_init: Callable[..., None], folder: Path) -> Callable[..., None]:
+    """`finder_init` (ModuleDepFinder.__init__) answering from `folder` for a Source whose text it has seen."""
+
+    @functools.wraps(finder_init)
+    def init(self: Any, module_fqn: str, tree: Any, is_pkg_init: bool = False, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(tree, Source):
+            finder_init(self, module_fqn, tree, is_pkg_init, *args, **kwargs)
+            return
+        path = folder / key(module_fqn, is_pkg_init, tree.text)
+        kept = read(path)
+        if kept is None:
+            finder_init(self, module_fqn, tree.tree, is_pkg_init, *args, **kwargs)
+            disk_cache.write(path, marshal.dumps((sorted(self.submodules), sorted(self.optional_imports))))
+            return
+        # Ansible's own initialisation, on a tree with no statements; then what the file's text imports.
+        finder_init(self, module_fqn, ast.Module(body=[], type_ignores=[]), is_pkg_init, *args, **kwargs)
+        self.submodules, self.optional_imports = set(kept[0]), set(kept[1])
+
+    init.uncached = finder_init  # type: ignore[attr-defined]
+    return init
+
+
+def install(base: Path) -> Path:
+    """Make Ansible's payload builder, in this process and those it forks, read what each file imports from the cache
+    under `base`; returns the folder used. Installing again changes only the folder."""
+    folder = folder_for(base)
+    finder_init = getattr(module_common.ModuleDepFinder.__init__, "uncached", module_common.ModuleDepFinder.__init__)
+    parse = getattr(module_common._compile_module_ast, "uncached", module_common._compile_module_ast)
+
+    def source(module_name: str, source_code: str | bytes) -> Source:
+        return Source(parse, module_name, source_code)
+
+    source.uncached = parse  # type: ignore[attr-defined]
+    module_common._compile_module_ast = source
+    module_common.ModuleDepFinder.__init__ = caching(finder_init, folder)
+    return folder
+
+
+def uninstall() -> None:
+    for owner, name in ((module_common, "_compile_module_ast"), (module_common.ModuleDepFinder, "__init__")):
+        original = getattr(getattr(owner, name), "uncached", None)
+        if original is not None:
+            setattr(owner, name, original)
+
+
+def prune(base: Path, now: float | None = None) -> int:
+    """Remove the entries no run read for a month, and the folders of other versions (disk_cache.prune)."""
+    return disk_cache.prune(base, folder_for(base), now)
