@@ -49,7 +49,7 @@ description:
     module_utils file it imports (on the sandbox, 135 files for the plan's facts module, a quarter of a second before
     the first host's call). With O(cache), what each file imports is kept too, by the file's text (sha256) and the
     versions of Ansible and Python. Where each import is found, which files are read and what the payload holds are
-    Ansible's own work on every run; a file is parsed only when its text is new.
+    Ansible's own work on every run; a file is parsed only when its text is new (or its parse warns).
   - Changes nothing a play does or prints. Enable it in C(callbacks_enabled) (this checkout's C(ansible.cfg) does).
 requirements:
   - enabled in callbacks_enabled
@@ -139,7 +139,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
                 self.installed = folder
             else:
                 display.warning(
-                    f"sglang.fleet.prefork: nothing kept, templates and payloads built anew: {folder} is not this user's alone"
+                    f"sglang.fleet.prefork: nothing kept, all compiled and parsed anew: {folder} is not this user's alone"
                 )
 
     def v2_playbook_on_stats(self, stats: Any) -> None:

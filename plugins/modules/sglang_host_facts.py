@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 from typing import Any
 from xml.etree import ElementTree
@@ -194,6 +196,7 @@ PROC_GPUS = "/proc/driver/nvidia/gpus"
 GPU_QUERY = (f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits")
 APP_QUERY = (f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits")
 XML_QUERY = ("-q", "-x")
+TIMEOUT = 60  # seconds an nvidia-smi call may take
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 TCP_LISTEN = "0A"
 
@@ -381,6 +384,34 @@ def glibc_version() -> str:
     return found.split()[-1] if found else ""
 
 
+def started(argv: list[str]) -> subprocess.Popen[str]:
+    """`argv` running in a session of its own (ended with whatever it starts: stop), its output piped."""
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def stop(call: subprocess.Popen[str]) -> None:
+    """Kill `call` and what it started, and reap it; pipes something outside its session still holds are closed, not
+    read."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(call.pid, signal.SIGKILL)
+    try:
+        call.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        for pipe in (call.stdout, call.stderr):
+            if pipe is not None:
+                pipe.close()
+        call.wait()
+
+
+def answered(call: subprocess.Popen[str], timeout: float) -> tuple[str, str] | None:
+    """(stdout, stderr) of `call` once it exits within `timeout` seconds; else None, `call` and what it started stopped."""
+    try:
+        return call.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop(call)
+        return None
+
+
 class NvidiaSmi:
     """Calls of nvidia-smi that run side by side: each starts when first named (start) and is read when its answer is
     needed (answer); close ends those never read."""
@@ -394,7 +425,7 @@ class NvidiaSmi:
         if args in self.calls or args in self.answers:
             return
         try:
-            self.calls[args] = subprocess.Popen([self.path, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.calls[args] = started([self.path, *args])
         except OSError as error:
             self.answers[args] = ("", f"{self.path}: {error}")
 
@@ -404,24 +435,18 @@ class NvidiaSmi:
         if args in self.answers:
             return self.answers[args]
         call = self.calls.pop(args)
-        failure: str | None = None
-        try:
-            stdout, stderr = call.communicate(timeout=60)
-        except subprocess.TimeoutExpired as error:
-            call.kill()
-            call.communicate()
-            stdout, failure = "", f"{self.path}: {error}"
+        output = answered(call, TIMEOUT)
+        if output is None:
+            self.answers[args] = ("", f"{self.path}: no answer within {TIMEOUT} seconds")
+        elif call.returncode != 0:
+            self.answers[args] = (output[0], (output[1] or output[0]).strip() or f"{self.path} exited {call.returncode}")
         else:
-            if call.returncode != 0:
-                failure = (stderr or stdout).strip() or f"{self.path} exited {call.returncode}"
-        self.answers[args] = (stdout, failure)
+            self.answers[args] = (output[0], None)
         return self.answers[args]
 
     def close(self) -> None:
         while self.calls:
-            _, call = self.calls.popitem()
-            call.kill()
-            call.communicate()
+            stop(self.calls.popitem()[1])
 
 
 def add_minors(gpus: list[dict[str, Any]], nvidia_smi: NvidiaSmi, proc_gpus: str = PROC_GPUS) -> str | None:
@@ -470,23 +495,17 @@ def python_versions(names: tuple[str, ...] = PYTHON_NAMES) -> dict[str, str]:
         path = shutil.which(name)
         if not path:
             continue
-        if os.path.realpath(path) == os.path.realpath(sys.executable):
+        if sys.executable and os.path.realpath(path) == os.path.realpath(sys.executable):
             found[name] = found[path] = f"{sys.version_info.major}.{sys.version_info.minor}"
             continue
         try:
-            asked[name, path] = subprocess.Popen([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+            asked[name, path] = started([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
         except OSError:
             continue
     for (name, path), call in asked.items():
-        try:
-            stdout, _ = call.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            call.kill()
-            call.communicate()
-            continue
-        if call.returncode == 0:
-            found[name] = found[path] = stdout.strip()
+        output = answered(call, 30)
+        if output is not None and call.returncode == 0:
+            found[name] = found[path] = output[0].strip()
     return found
 
 

@@ -5,7 +5,10 @@ every module_utils file it imports, and what those import, to find the next ones
 the plan's facts module, a quarter of a second before the first host gets its call. What one file imports follows from
 its text, its name and whether it is a package's __init__ (with Ansible's and Python's versions, part of the folder):
 that answer is what is kept, by the text's sha256. Everything else stays Ansible's own work on every run: where each
-import is found, which files are read, what the payload holds. A text is parsed only when no answer is kept for it.
+import is found, which files are read, what the payload holds. A text is parsed only when no answer is kept for it
+(and the module itself when Ansible's experimental module METADATA is on: it reads the tree). A text whose parse warns
+(an invalid escape sequence, say) is never kept, so its warnings are issued, or raised, on every run as without the
+cache.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import hashlib
 import importlib.util
 import marshal
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,19 +43,40 @@ class Source:
     """What Ansible's parse of a payload file returns here: the file's text, parsed only when something reads the tree
     (a file whose imports are kept never is; its syntax errors are Ansible's, raised as it parses)."""
 
+    OWN = frozenset({"parse", "name", "text", "parsed", "warned"})  # before __init__ (a copy): not the tree's
+
     def __init__(self, parse: Callable[[str, Any], ast.Module], name: str, text: str | bytes) -> None:
         self.parse = parse
         self.name = name
         self.text = text
         self.parsed: ast.Module | None = None
+        self.warned = False  # whether parsing it issued a warning (then it is not kept)
 
     @property
     def tree(self) -> ast.Module:
         if self.parsed is None:
-            self.parsed = self.parse(self.name, self.text)
+            self.parsed = self.parsed_as_ansible_parses()
         return self.parsed
 
+    def parsed_as_ansible_parses(self) -> ast.Module:
+        """The tree; a text whose parse warns is parsed again as Ansible parses it, for its warnings to be issued, or
+        raised, as the warning filters say (and marked `warned`)."""
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter("always")
+            try:
+                tree: ast.Module | None = self.parse(self.name, self.text)
+            except Exception:
+                if not issued:
+                    raise
+                tree = None
+        self.warned = bool(issued)
+        if tree is None or self.warned:
+            return self.parse(self.name, self.text)
+        return tree
+
     def __getattr__(self, attribute: str) -> Any:  # Ansible reads the module's METADATA from the tree's body
+        if attribute.startswith("__") or attribute in self.OWN:
+            raise AttributeError(attribute)
         return getattr(self.tree, attribute)
 
 
@@ -93,7 +118,8 @@ def caching(finder_init: Callable[..., None], folder: Path) -> Callable[..., Non
         kept = read(path)
         if kept is None:
             finder_init(self, module_fqn, tree.tree, is_pkg_init, *args, **kwargs)
-            disk_cache.write(path, marshal.dumps((sorted(self.submodules), sorted(self.optional_imports))))
+            if not tree.warned:
+                disk_cache.write(path, marshal.dumps((sorted(self.submodules), sorted(self.optional_imports))))
             return
         # Ansible's own initialisation, on a tree with no statements; then what the file's text imports.
         finder_init(self, module_fqn, ast.Module(body=[], type_ignores=[]), is_pkg_init, *args, **kwargs)

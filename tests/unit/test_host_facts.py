@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts as module
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "h200-driver-580.159.04"
@@ -257,16 +256,22 @@ def test_the_python_running_the_module_answers_for_itself(tmp_path: Path, monkey
     assert asked == []
 
 
-def waiting_nvidia_smi(folder: Path, *, refuse_gpus: bool = False) -> str:
+def waiting_nvidia_smi(folder: Path, *, refuse_gpus: bool = False, hang_gpus: bool = False) -> str:
     """An nvidia-smi that answers only once all three calls of a host without /proc entries are running (else, after
-    20 s, it says it was called one after the other), each writing its pid under `folder`/calls. With `refuse_gpus`,
-    the GPU query is refused as the real driver refuses a field, and the other two calls never end."""
+    20 s, it says it was called one after the other), each writing its pid, and the pid of what it starts, under
+    `folder`/calls. With `refuse_gpus`, the GPU query is refused as the real driver refuses a field and the other two
+    calls start a `sleep` that never ends; with `hang_gpus`, the GPU query does."""
     calls = folder / "calls"
     calls.mkdir(parents=True)
-    never_ends = "exec sleep 60"
+    never_ends = 'sleep 600 & echo $! > "$1.child"; wait'
+    # Refused once the other two calls started what never ends.
+    refused = (
+        f'i=0; while [ "$(ls "{calls}" | grep -c child)" -lt 2 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; '
+        f'cat "{RECORDING}/unknown-field.txt" | head -n 2; exit 2'
+    )
     answers = {
-        "gpus": f'cat "{RECORDING}/unknown-field.txt" | head -n 2; exit 2' if refuse_gpus
-        else f'cat "{RECORDING}/query-gpu-with-torch.csv"',
+        "gpus": refused if refuse_gpus
+        else never_ends if hang_gpus else f'cat "{RECORDING}/query-gpu-with-torch.csv"',
         "apps": never_ends if refuse_gpus else f'head -n 1 "{RECORDING}/compute-apps-with-torch.csv"',
         "xml": never_ends if refuse_gpus else f'cat "{RECORDING}/nvidia-smi-q-with-torch.xml"',
     }  # fmt: skip
@@ -274,17 +279,31 @@ def waiting_nvidia_smi(folder: Path, *, refuse_gpus: bool = False) -> str:
     script.write_text(
         "#!/bin/sh\n"
         f'echo $$ > "{calls}/$1"\n'
-        f'count() {{ ls "{calls}" | wc -l; }}\n'
+        f'count() {{ ls "{calls}" | grep -vc child; }}\n'
         'i=0; while [ "$(count)" -lt 3 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done\n'
         '[ "$(count)" -ge 3 ] || { echo "called one after the other"; exit 9; }\n'
         'case "$1" in\n'
-        f"  --query-gpu*) {answers['gpus']};;\n"
-        f"  --query-compute-apps*) {answers['apps']};;\n"
-        f"  -q) {answers['xml']};;\n"
+        f"  --query-gpu*) set -- \"{calls}/$1\"; {answers['gpus']};;\n"
+        f"  --query-compute-apps*) set -- \"{calls}/$1\"; {answers['apps']};;\n"
+        f"  -q) set -- \"{calls}/$1\"; {answers['xml']};;\n"
         "esac\n"
     )
     script.chmod(0o755)
     return str(script)
+
+
+def gone(pid_file: Path) -> bool:
+    """Whether the process whose pid `pid_file` holds has ended (killed: a zombie until whoever inherited it reaps it, or
+    reaped), waiting up to 5 s for a kill to land."""
+    status = Path("/proc", pid_file.read_text().strip(), "stat")
+    for _ in range(50):
+        try:
+            if status.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_the_nvidia_smi_calls_run_side_by_side(tmp_path: Path) -> None:
@@ -294,13 +313,20 @@ def test_the_nvidia_smi_calls_run_side_by_side(tmp_path: Path) -> None:
     assert [process["pid"] for process in facts["gpu_processes"]] == [431]
 
 
-def test_a_refused_gpu_query_ends_the_other_calls(tmp_path: Path) -> None:
+def test_a_refused_gpu_query_ends_the_other_calls_and_what_they_started(tmp_path: Path) -> None:
     facts = module.gather(waiting_nvidia_smi(tmp_path, refuse_gpus=True), str(tmp_path / "no-proc"), str(tmp_path))
     assert facts["gpu_error"] == 'Field "bogus_field" is not a valid field to query.'
     for call in ("--query-compute-apps=" + module.APP_FIELDS, "-q"):
-        pid = int((tmp_path / "calls" / call).read_text())
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)  # killed and reaped, not left running on the host
+        assert gone(tmp_path / "calls" / call), f"{call} left running on the host"
+        assert gone(tmp_path / "calls" / f"{call}.child"), f"what {call} started left running on the host"
+
+
+def test_a_gpu_query_without_answer_is_an_error_and_ends(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(module, "TIMEOUT", 1)
+    facts = module.gather(waiting_nvidia_smi(tmp_path, hang_gpus=True), str(tmp_path / "no-proc"), str(tmp_path))
+    assert facts["gpu_error"] == f"{tmp_path / 'nvidia-smi'}: no answer within 1 seconds"
+    call = "--query-gpu=" + module.GPU_FIELDS
+    assert gone(tmp_path / "calls" / call) and gone(tmp_path / "calls" / f"{call}.child")
 
 
 def test_the_real_driver_answers_side_by_side_as_one_after_the_other() -> None:

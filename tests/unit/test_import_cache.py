@@ -5,6 +5,8 @@ Ansible's own error; the key tells apart what Python or Ansible would scan diffe
 
 from __future__ import annotations
 
+import ast
+import copy
 import json
 import subprocess
 import sys
@@ -49,7 +51,7 @@ else:
 """
 
 
-def collection(root: Path, *, first_imports_second: bool = False, broken: bool = False) -> Path:
+def collection(root: Path, *, first_imports_second: bool = False, broken: bool = False, warns: bool = False) -> Path:
     """A collection test.imports under `root`: module probe imports module_utils first (which may import second)."""
     utils = root / "ansible_collections/test/imports/plugins/module_utils"
     modules = root / "ansible_collections/test/imports/plugins/modules"
@@ -60,14 +62,15 @@ def collection(root: Path, *, first_imports_second: bool = False, broken: bool =
         "from ansible_collections.test.imports.plugins.module_utils.first import value\n"
     )
     second = "from ansible_collections.test.imports.plugins.module_utils.second import other\n"
-    (utils / "first.py").write_text((second if first_imports_second else "") + ("value = (\n" if broken else "value = 1\n"))
+    value = "value = (\n" if broken else 'value = "\\d"\n' if warns else "value = 1\n"  # "\d": an invalid escape
+    (utils / "first.py").write_text((second if first_imports_second else "") + value)
     (utils / "second.py").write_text("other = 2\n")
     return root
 
 
-def build(collections: Path, cache: Path | str) -> dict[str, Any]:
+def build(collections: Path, cache: Path | str, *python_options: str) -> dict[str, Any]:
     run = subprocess.run(
-        [sys.executable, "-c", BUILD_PAYLOAD, str(collections), str(cache)],
+        [sys.executable, *python_options, "-c", BUILD_PAYLOAD, str(collections), str(cache)],
         capture_output=True, text=True, check=False, cwd=ROOT,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
@@ -112,6 +115,30 @@ def test_a_syntax_error_is_ansible_s_own_error(tmp_path: Path) -> None:
     error = build(collections, tmp_path / "cache")
     assert error["error"].startswith("Unable to compile 'ansible_collections.test.imports.plugins.module_utils.first': ")
     assert build(collections, tmp_path / "cache") == build(collections, "-") == error
+
+
+def test_a_file_whose_parse_warns_is_never_kept_and_warns_or_fails_as_without_the_cache(tmp_path: Path) -> None:
+    collections = collection(tmp_path / "collections", warns=True)
+    first = build(collections, tmp_path / "cache")
+    assert FIRST in first["files"]
+    # first.py again, twice: once to see that it warns, once as Ansible parses it (its warning issued as the filters say)
+    assert build(collections, tmp_path / "cache") == {"files": first["files"], "parsed": 2}
+    strict = ("-W", "error::DeprecationWarning", "-W", "error::SyntaxWarning")  # an invalid escape warns with one of them
+    refused = build(collections, tmp_path / "cache", *strict)
+    assert refused["error"].startswith("Unable to compile 'ansible_collections.test.imports.plugins.module_utils.first': ")
+    assert refused == build(collections, "-", *strict)
+
+
+def test_a_copy_of_a_source_is_not_parsed() -> None:
+    parsed = []
+
+    def parse(name: str, text: Any) -> ast.Module:
+        parsed.append(name)
+        return ast.Module(body=[], type_ignores=[])
+
+    source = import_cache.Source(parse, "a", b"value = 1\n")
+    assert copy.copy(source).text == b"value = 1\n"
+    assert parsed == []
 
 
 def test_the_key_tells_apart_name_package_and_text_type() -> None:
