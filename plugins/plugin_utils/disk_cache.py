@@ -4,16 +4,27 @@ entries written whole, kept while runs read them."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import BinaryIO
 
+import ansible.release
+
 KEEP_UNUSED_SECONDS = 30 * 24 * 3600
 # An entry's time is refreshed when it is read, at most this often: read entries are kept, unused ones pruned.
 REFRESH_SECONDS = 24 * 3600
 PARTIAL = ".part"
+
+
+def versioned(base: Path, *versions: str, format_: int) -> Path:
+    """The folder under `base` for this Ansible, `versions` (what else an entry depends on), this Python (its cache tag
+    and bytecode magic) and the entries' `format_`: `prune` removes every other `ansible-*` folder there."""
+    python = (str(sys.implementation.cache_tag), importlib.util.MAGIC_NUMBER.hex())
+    return base / "-".join(("ansible", ansible.release.__version__, *versions, *python, str(format_)))
 
 
 def private(base: Path) -> bool:

@@ -16,15 +16,12 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import importlib.util
 import marshal
-import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import ansible.release
 from ansible.executor import module_common
 from ansible_collections.sglang.fleet.plugins.plugin_utils import disk_cache
 
@@ -35,8 +32,7 @@ Imports = tuple[list[tuple[str, ...]], list[tuple[str, ...]]]  # (every import o
 
 def folder_for(base: Path) -> Path:
     """The folder of this Ansible (its import finder) and Python (its parser) under `base`."""
-    python = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"
-    return base / f"ansible-{ansible.release.__version__}-{python}-{FORMAT}"
+    return disk_cache.versioned(base, format_=FORMAT)
 
 
 class Source:

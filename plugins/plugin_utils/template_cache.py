@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import marshal
-import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
-import ansible.release
 import jinja2
 from ansible._internal._datatag._tags import SourceWasEncrypted, VaultedValue
 from ansible._internal._templating._jinja_bits import (
@@ -40,8 +37,7 @@ Dependency = tuple[str, str, "str | None"]  # ("filter" | "test", name, how Jinj
 
 def folder_for(base: Path) -> Path:
     """The folder of this Ansible, Jinja and Python under `base` (a code object is only valid for them)."""
-    python = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"
-    return base / f"ansible-{ansible.release.__version__}-jinja2-{jinja2.__version__}-{python}-{FORMAT}"
+    return disk_cache.versioned(base, "jinja2", jinja2.__version__, format_=FORMAT)
 
 
 def settings(environment: jinja2.Environment) -> tuple[Any, ...]:
