@@ -38,6 +38,8 @@ description:
   - Reads host RAM from C(/proc/meminfo) and the glibc version from the C library, and asks each of C(python3),
     C(python3.11), C(python3.12) and C(python3.13) found on C(PATH) for its version (all at once; the Python running
     the module answers for itself).
+  - Its calls (nvidia-smi's and the Pythons') all start once the model directory is read (hashing it may take
+    minutes; the GPUs' and processes' answers are then as fresh as before) and run while it gathers Ansible's facts.
   - With I(model), also reads the model directory in the same call and returns it as C(model). From C(config.json)
     the architecture, the MTP layer count (top level or C(text_config)) and the text model's attention heads, KV heads,
     hidden size and context length (as SGLang derives it), its model type and whether it has code of its own or a
@@ -483,40 +485,74 @@ def add_minors(gpus: list[dict[str, Any]], nvidia_smi: NvidiaSmi, proc_gpus: str
 PYTHON_NAMES = ("python3", "python3.11", "python3.12", "python3.13")
 
 
+class PythonVersions:
+    """The version (major.minor) of each of `names` found on PATH, by its name and by its path, as it answers: all asked
+    at once when made, read by answers() (the Python running this module answers for itself); close ends those unread."""
+
+    def __init__(self, names: tuple[str, ...] = PYTHON_NAMES) -> None:
+        import shutil
+        import sys
+
+        self.found: dict[str, str] = {}
+        self.asked: dict[tuple[str, str], subprocess.Popen[str]] = {}  # (name, path): its answer
+        for name in names:
+            path = shutil.which(name)
+            if not path:
+                continue
+            if sys.executable and os.path.realpath(path) == os.path.realpath(sys.executable):
+                self.found[name] = self.found[path] = f"{sys.version_info.major}.{sys.version_info.minor}"
+                continue
+            try:
+                self.asked[name, path] = started([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+            except OSError:
+                continue
+
+    def answers(self) -> dict[str, str]:
+        while self.asked:
+            (name, path), call = self.asked.popitem()
+            output = answered(call, 30)
+            if output is not None and call.returncode == 0:
+                self.found[name] = self.found[path] = output[0].strip()
+        return self.found
+
+    def close(self) -> None:
+        while self.asked:
+            stop(self.asked.popitem()[1])
+
+
 def python_versions(names: tuple[str, ...] = PYTHON_NAMES) -> dict[str, str]:
-    """The version (major.minor) of each of `names` found on PATH, by its name and by its path, as it answers (all asked
-    at once; the Python running this module answers for itself)."""
-    import shutil
-    import sys
+    return PythonVersions(names).answers()
 
-    found = {}
-    asked: dict[tuple[str, str], subprocess.Popen[str]] = {}  # (name, path): its answer
-    for name in names:
-        path = shutil.which(name)
-        if not path:
-            continue
-        if sys.executable and os.path.realpath(path) == os.path.realpath(sys.executable):
-            found[name] = found[path] = f"{sys.version_info.major}.{sys.version_info.minor}"
-            continue
+
+class Gathering:
+    """The host's facts; its calls (nvidia-smi's, each Python's) all started when made, to run while the module does its
+    other work, and read by facts(). As a context manager, ends the calls left unread."""
+
+    def __init__(self, nvidia_smi: str, proc_gpus: str = PROC_GPUS) -> None:
+        self.proc_gpus = proc_gpus
+        self.smi = NvidiaSmi(nvidia_smi)
+        self.pythons: PythonVersions | None = None
         try:
-            asked[name, path] = started([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-        except OSError:
-            continue
-    for (name, path), call in asked.items():
-        output = answered(call, 30)
-        if output is not None and call.returncode == 0:
-            found[name] = found[path] = output[0].strip()
-    return found
+            # Side by side: the GPUs, their processes and, where the driver has no /proc entries to read minors from,
+            # the XML.
+            self.smi.start(*GPU_QUERY)
+            self.smi.start(*APP_QUERY)
+            if not os.path.isdir(proc_gpus):
+                self.smi.start(*XML_QUERY)
+            self.pythons = PythonVersions()
+        except BaseException:
+            self.smi.close()
+            raise
 
+    def __enter__(self) -> Gathering:
+        return self
 
-def gather(nvidia_smi: str, proc_gpus: str = PROC_GPUS, dev: str = "/dev") -> dict[str, Any]:
-    smi = NvidiaSmi(nvidia_smi)
-    # Side by side: the GPUs, their processes and, where the driver has no /proc entries to read minors from, the XML.
-    smi.start(*GPU_QUERY)
-    smi.start(*APP_QUERY)
-    if not os.path.isdir(proc_gpus):
-        smi.start(*XML_QUERY)
-    try:
+    def __exit__(self, *exc_info: object) -> None:
+        self.smi.close()
+        if self.pythons is not None:
+            self.pythons.close()
+
+    def facts(self, dev: str = "/dev") -> dict[str, Any]:
         facts: dict[str, Any] = {
             "gpus": [],
             "gpu_processes": [],
@@ -525,22 +561,25 @@ def gather(nvidia_smi: str, proc_gpus: str = PROC_GPUS, dev: str = "/dev") -> di
             "device_nodes": device_nodes(dev),
             "memtotal_mb": memtotal_mb(),
             "glibc_version": glibc_version(),
-            "python_versions": python_versions(),
+            "python_versions": self.pythons.answers() if self.pythons is not None else {},
             "listening": listening_ports(),
         }
-        text, facts["gpu_error"] = smi.answer(*GPU_QUERY)
+        text, facts["gpu_error"] = self.smi.answer(*GPU_QUERY)
         if facts["gpu_error"]:
             return facts
         facts["gpus"] = parse_gpus(text)
         if facts["gpus"]:
             facts["driver_version"] = facts["gpus"][0]["driver_version"]
-        facts["gpu_error"] = add_minors(facts["gpus"], smi, proc_gpus)
-        text, error = smi.answer(*APP_QUERY)
+        facts["gpu_error"] = add_minors(facts["gpus"], self.smi, self.proc_gpus)
+        text, error = self.smi.answer(*APP_QUERY)
         by_uuid = {gpu["uuid"]: gpu["index"] for gpu in facts["gpus"]}
         facts["gpu_processes"] = [{**app, "unit": unit_of(app["pid"])} for app in ([] if error else parse_apps(text, by_uuid))]
         return facts
-    finally:
-        smi.close()
+
+
+def gather(nvidia_smi: str, proc_gpus: str = PROC_GPUS, dev: str = "/dev") -> dict[str, Any]:
+    with Gathering(nvidia_smi, proc_gpus) as gathering:
+        return gathering.facts(dev)
 
 
 def ansible_facts(module: Any, subsets: list[str]) -> dict[str, Any]:
@@ -600,8 +639,11 @@ def main() -> None:
         model_result["group_models"] = {
             path: model_facts(path, {}, account[0], account[1], "", "", []) for path in module.params["group_models"]
         }
-    facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
-    module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": gather(module.params["nvidia_smi"])}, **model_result)
+    # After the model directory (hashing it may take minutes): the GPUs and their processes as the plan gets them.
+    with Gathering(module.params["nvidia_smi"]) as gathering:  # its calls run while Ansible's facts are gathered
+        facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
+        host = gathering.facts()
+    module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": host}, **model_result)
 
 
 if __name__ == "__main__":

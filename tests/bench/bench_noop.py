@@ -1,6 +1,7 @@
 """Benchmark of a converged fleet's no-op deploy on the sandbox (prints figures; not a test). Run by `make bench`.
 
-Measured in one run, each the median of three, every one through the command line an operator types:
+Measured in one run, each the median of five, every one through the command line an operator types (`setup`, the no-op
+and `--check --diff` in turn, five times: a noisy minute of the shared machine weighs on all three alike):
 - `ansible -m setup` on both hosts (fact gathering alone: the floor any playbook pays),
 - a no-op `ansible-playbook deploy.yml` (must report changed=0) and `--check --diff`, as ratios to that floor,
 - the no-op deploy of b200 alone with 1 instance against the same host with its 7: the cost per instance (b200 is
@@ -23,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fleet import ROOT, SANDBOX_INVENTORY, on_host, overlay_inventory
 
-ROUNDS = 3
+ROUNDS = 5
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
 
 
@@ -55,6 +56,15 @@ def median(action: Callable[[], None]) -> float:
     return statistics.median(seconds(action) for _ in range(ROUNDS))
 
 
+def medians(*actions: Callable[[], None]) -> list[float]:
+    """The median seconds of each of `actions`, run in turn ROUNDS times."""
+    spent: list[list[float]] = [[] for _ in actions]
+    for _ in range(ROUNDS):
+        for times, action in zip(spent, actions, strict=True):
+            times.append(seconds(action))
+    return [statistics.median(times) for times in spent]
+
+
 # The real driver's answer times for the calls the plan's probe makes (tests/hardware/nvidia_smi_timing.py on an H200).
 REAL_SMI = ROOT / "tests/recordings/h200-driver-580.159.04/nvidia-smi-timing.json"
 TIME_STANDIN_QUERY = """
@@ -78,21 +88,21 @@ def smi_query_seconds() -> tuple[float, float]:
 
 def main() -> None:
     deploy(converged=False)  # converged first
-    floor = median(setup)
-    noop = median(deploy)
-    check = median(lambda: deploy("--check", "--diff"))
+    floor, noop, check = medians(setup, deploy, lambda: deploy("--check", "--diff"))
     with tempfile.TemporaryDirectory(prefix="sglang-fleet-bench-") as directory:
         one_instance = overlay_inventory(Path(directory), host_vars={"b200": {"sglang_instance_count": 1}})
         try:
             deploy("--limit", "b200", inventory=one_instance, converged=False)
+            deploy("--limit", "b200", inventory=one_instance)  # a converged run first, untimed: the reshape has settled
             one = median(lambda: deploy("--limit", "b200", inventory=one_instance))
         finally:
             deploy("--limit", "b200", converged=False)
+    deploy("--limit", "b200")
     seven = median(lambda: deploy("--limit", "b200"))
     standin, real = smi_query_seconds()
     print(f"ansible -m setup, both hosts:        {floor:6.1f} s")
-    print(f"no-op deploy.yml (changed=0):        {noop:6.1f} s  = {noop / floor:4.1f}x setup (goal <= 2.0x)")
-    print(f"--check --diff (changed=0):          {check:6.1f} s  = {check / floor:4.1f}x setup")
+    print(f"no-op deploy.yml (changed=0):        {noop:6.1f} s  = {noop / floor:4.2f}x setup (goal <= 2.0x)")
+    print(f"--check --diff (changed=0):          {check:6.1f} s  = {check / floor:4.2f}x setup")
     print(f"no-op, b200 alone with 1 instance:   {one:6.1f} s")
     print(f"no-op, b200 alone with 7 instances:  {seven:6.1f} s  = {seven / one:4.2f}x 1 instance (goal <= 1.20x)")
     # The probe calls nvidia-smi 3 times in the sandbox (its containers have no /proc/driver/nvidia: `-q -x` gives the

@@ -41,7 +41,8 @@ def test_the_checkout_is_the_collection_it_builds() -> None:
 
 def test_every_plugin_of_the_collection_documents_itself_as_ansible_doc_reads_it() -> None:
     """ansible-doc shows every module, action-backed module, lookup and callback: their DOCUMENTATION, EXAMPLES and
-    RETURN are YAML Ansible parses (a plain line holding ': ' is not), with the required fields."""
+    RETURN are YAML Ansible parses (a plain line holding ': ' is not), with the required fields; every action plugin
+    has its documentation under plugins/modules/."""
     import subprocess
 
     for kind, folder in (("module", "modules"), ("lookup", "lookup"), ("callback", "callback")):
@@ -58,6 +59,9 @@ def test_every_plugin_of_the_collection_documents_itself_as_ansible_doc_reads_it
         assert sorted(docs) == [f"sglang.fleet.{name}" for name in names]
         for name, doc in docs.items():
             assert doc["doc"]["short_description"] and doc["doc"]["description"], name
+    actions = {path.stem for path in (ROOT / "plugins/action").glob("*.py") if not path.stem.startswith("_")}
+    modules = {path.stem for path in (ROOT / "plugins/modules").glob("*.py")}
+    assert actions <= modules, f"an action without its documentation in plugins/modules/: {sorted(actions - modules)}"
 
 
 def test_the_model_lock_file_beside_the_hosts_is_no_inventory_source() -> None:

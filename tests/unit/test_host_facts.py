@@ -9,8 +9,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts as module
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "h200-driver-580.159.04"
@@ -327,6 +329,83 @@ def test_a_gpu_query_without_answer_is_an_error_and_ends(tmp_path: Path, monkeyp
     assert facts["gpu_error"] == f"{tmp_path / 'nvidia-smi'}: no answer within 1 seconds"
     call = "--query-gpu=" + module.GPU_FIELDS
     assert gone(tmp_path / "calls" / call) and gone(tmp_path / "calls" / f"{call}.child")
+
+
+def slow_python(folder: Path, monkeypatch: Any, seconds: int = 3) -> str:
+    """A python3.12 first on PATH that notes it was asked (its pid in `folder`/asked-python), then answers after
+    `seconds`."""
+    (folder / "bin").mkdir()
+    script = folder / "bin" / "python3.12"
+    script.write_text(f'#!/bin/sh\necho $$ > "{folder}/asked-python"\nsleep {seconds}\necho 3.12\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder / 'bin'}:/usr/bin:/bin")
+    return str(script)
+
+
+def test_the_calls_start_before_the_rest_is_read_and_answer_after(tmp_path: Path, monkeypatch: Any) -> None:
+    """main() reads the model directory first (hashing it may take minutes: the GPUs are read after it, as fresh as
+    before), then starts every nvidia-smi and Python call, gathers Ansible's facts while they run, and reads their
+    answers."""
+    python = slow_python(tmp_path, monkeypatch)
+    calls = tmp_path / "calls"
+    seen: dict[str, Any] = {}
+
+    def facts_meanwhile(_module: Any, subsets: list[str]) -> dict[str, Any]:
+        for _ in range(50):  # a started process may take a moment to note it
+            if len(list(calls.iterdir())) == 3 and (tmp_path / "asked-python").exists():
+                break
+            time.sleep(0.1)
+        seen["running while facts were gathered"] = sorted(path.name for path in calls.iterdir())
+        seen["python unanswered"] = Path("/proc", (tmp_path / "asked-python").read_text().strip()).exists()
+        return {"ansible_subsets": subsets}
+
+    monkeypatch.setattr(module, "ansible_facts", facts_meanwhile)
+    monkeypatch.setattr(
+        module, "model_facts", lambda *_: seen.update({"started while the model was read": list(calls.iterdir())})
+    )
+    monkeypatch.setattr(module, "PROC_GPUS", str(tmp_path / "no-proc"))
+    fake = SimpleNamespace(
+        params={
+            "nvidia_smi": waiting_nvidia_smi(tmp_path),
+            "gather_subset": ["min"],
+            "model": {
+                "path": "/srv/models/m",
+                "sha256": {},
+                "user": "",
+                "group": "",
+                "verified_file": "",
+                "link": "",
+                "tokenizer_paths": [],
+            },
+            "group_models": [],
+        },
+        exit_json=lambda **result: seen.update(result),
+    )
+    monkeypatch.setattr("ansible.module_utils.basic.AnsibleModule", lambda **_: fake)
+    module.main()
+    assert seen["started while the model was read"] == [], "no call started before the model directory was read"
+    assert seen["running while facts were gathered"] == sorted(
+        ["--query-gpu=" + module.GPU_FIELDS, "--query-compute-apps=" + module.APP_FIELDS, "-q"]
+    ), "each nvidia-smi call started before Ansible's facts"
+    assert seen["python unanswered"], "and the Python asked before, its answer read after"
+    host = seen["ansible_facts"]["sglang_host"]
+    assert seen["ansible_facts"]["ansible_subsets"] == ["min"]
+    assert host["gpu_error"] is None and [gpu["device"] for gpu in host["gpus"]] == ["/dev/nvidia0"]
+    assert host["python_versions"]["python3.12"] == host["python_versions"][python] == "3.12", "answered after"
+
+
+def test_calls_left_unread_are_ended_with_what_they_started(tmp_path: Path, monkeypatch: Any) -> None:
+    """A module that fails between starting its calls and reading them leaves nothing running on the host."""
+    slow_python(tmp_path, monkeypatch, seconds=60)
+    with pytest.raises(RuntimeError), module.Gathering(waiting_nvidia_smi(tmp_path, hang_gpus=True), str(tmp_path / "no-proc")):
+        for _ in range(50):
+            if (tmp_path / "calls" / ("--query-gpu=" + module.GPU_FIELDS + ".child")).exists():
+                break
+            time.sleep(0.1)
+        raise RuntimeError("the model directory could not be read")
+    call = "--query-gpu=" + module.GPU_FIELDS
+    assert gone(tmp_path / "calls" / call) and gone(tmp_path / "calls" / f"{call}.child")
+    assert gone(tmp_path / "asked-python"), "the Python asked is ended too"
 
 
 def test_the_real_driver_answers_side_by_side_as_one_after_the_other() -> None:

@@ -384,6 +384,9 @@ def test_overrides_of_existing_instances_and_declared_variables_are_fine(plan: P
     assert plan("b200", sglang_instance_overrides={"6": {"server_args": {"hicache-size": 10}}})["problems"] == []
     hostvars = {"b200": {"sglang_router_enabled": True, "cuda_apt_version": "13-0", "sglang_server_user": "x"}}
     assert plan("b200", hostvars=hostvars)["problems"] == []
+    # The facts role sglang_model's preflight publishes (before the plan: the plan sees them as the host's variables).
+    published: dict[str, Any] = {"b200": {"sglang_model_source": {}, "sglang_model_preflight_problems": []}}
+    assert plan("b200", hostvars=published)["problems"] == []
 
 
 def test_a_control_character_in_a_server_variable_renders_no_instance(plan: Plan) -> None:

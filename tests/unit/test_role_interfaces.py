@@ -114,10 +114,48 @@ def test_the_router_fact_is_set_without_logging_its_admin_key() -> None:
     assert task.get("no_log") is True
 
 
-def deploy_order() -> list[tuple[str, str]]:
+ROLE_STEPS = ("ansible.builtin.import_role", "ansible.builtin.include_role")
+
+
+def deploy_steps() -> list[dict[str, Any]]:
+    """deploy.yml's tasks that import or include a role, in order."""
     [play] = yaml.safe_load((ROOT / "deploy.yml").read_text())
-    steps = [task["ansible.builtin.import_role"] for task in play["tasks"] if "ansible.builtin.import_role" in task]
+    return [task for task in play["tasks"] if any(step in task for step in ROLE_STEPS)]
+
+
+def deploy_order() -> list[tuple[str, str]]:
+    steps = [next(task[step] for step in ROLE_STEPS if step in task) for task in deploy_steps()]
     return [(step["name"], step.get("tasks_from", "main")) for step in steps]
+
+
+def task_tags(path: Path, seen: set[Path] | None = None) -> set[str]:
+    """The tags of the tasks of a task file and of the files it imports or includes (a templated name: every file it
+    may name); those an include applies are the include's own."""
+    seen = set() if seen is None else seen
+    seen.add(path)
+    found: set[str] = set()
+    for task in yaml.safe_load(path.read_text()) or []:
+        found.update(task.get("tags") or [])
+        for step in ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks"):
+            if step in task:
+                name = task[step] if isinstance(task[step], str) else task[step]["file"]
+                for named in sorted(path.parent.glob(JINJA.sub("*", name))):
+                    found |= set() if named in seen else task_tags(named, seen)
+    return found
+
+
+def test_a_role_deploy_includes_has_no_tasks_with_tags_of_their_own() -> None:
+    """An included role's tasks are reached only when the include itself is: a task tagged `configure` inside would not
+    run under `--tags configure` (the include is not), and `--skip-tags run` on an include tagged `run` would skip its
+    other tasks too. deploy.yml includes only roles whose tasks take their tags from the include (apply), so tags select
+    them as they did imported."""
+    includes = [task for task in deploy_steps() if "ansible.builtin.include_role" in task]
+    assert includes, "deploy.yml includes the roles that run after the gate"
+    for task in includes:
+        role = task["ansible.builtin.include_role"]
+        inner = task_tags(ROOT / "roles" / role["name"] / "tasks" / f"{role.get('tasks_from', 'main')}.yml")
+        assert inner == set(), f"{task['name']}: its tasks have tags of their own: {sorted(inner)}; import the role"
+        assert set((role.get("apply") or {}).get("tags") or []) == set(task.get("tags") or []), f"{task['name']}: applied"
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -1,0 +1,60 @@
+#!/usr/bin/python
+"""Documentation of the action plugin sglang_plan, which runs module sglang_host_facts on the host and derives the plan
+on the control node (no module code of its own)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_plan
+short_description: Gathers a host's facts with sglang_host_facts and derives its SGLang instances from them, in one task
+description:
+  - An action plugin. Runs module sglang_host_facts on the host with I(host_facts) (one round trip), then derives the
+    host's plan from I(settings) and that answer on the control node, as the filter sglang_plan does.
+  - Returns the module's answer (its C(ansible_facts), C(sglang_host) with Ansible's own, set as the host's facts; the
+    C(model) and C(group_models) it read) and C(plan). Role sglang_plan publishes the plan with set_fact.
+  - Never changes the host.
+options:
+  host_facts:
+    description: The options of module sglang_host_facts.
+    type: dict
+    required: true
+  settings:
+    description: The host's plan settings (role sglang_plan's C(_sglang_plan_settings)), the filter sglang_plan's first argument.
+    type: dict
+    required: true
+  support_tables:
+    description: Every supported SGLang version's support table, or its file's path (read as plain JSON).
+    type: list
+    elements: raw
+    required: true
+author: sglang-fleet
+"""
+
+EXAMPLES = r"""
+- name: Gather the host's facts and derive its instances
+  sglang.fleet.sglang_plan:
+    host_facts:
+      nvidia_smi: nvidia-smi
+      gather_subset: [min, systemd]
+      model: {path: /srv/models/Qwen3.6-27B}
+    settings: "{{ _sglang_plan_settings }}"
+    support_tables: "{{ query('ansible.builtin.fileglob', 'sglang-*.json') }}"
+  register: planned
+"""
+
+RETURN = r"""
+plan:
+  description: >-
+    The filter sglang_plan's result - C(instances), C(problems) (one line each naming host, instance, variable, value and
+    fix) and, where the plan has them, C(reshape) and C(disk_needs).
+  returned: unless the module failed
+  type: dict
+model:
+  description: The model directory as module sglang_host_facts read it.
+  returned: when I(host_facts.model) is given
+  type: dict
+ansible_facts:
+  description: The module's facts - C(sglang_host) and Ansible's own of I(host_facts.gather_subset).
+  returned: unless the module failed
+  type: dict
+"""

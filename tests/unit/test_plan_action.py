@@ -1,0 +1,76 @@
+"""Action sglang_plan: the host's facts gathered by module sglang_host_facts and the plan derived from that answer, in
+one task. Run through ansible-playbook on this machine (local connection), its nvidia-smi replaying the real driver's
+recording (one H200)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
+from conftest import plan_settings
+from fleet import ROOT
+from test_host_facts import H200_UUID, fake_nvidia_smi
+
+TABLES = sorted(str(path) for path in (ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))
+
+
+def run_plan(tmp_path: Path, host_facts: dict[str, Any], settings: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """A play of the action's task and a task that writes its answer and the host's facts it set (facts.json)."""
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "sglang.fleet.sglang_plan": {"host_facts": host_facts, "settings": settings, "support_tables": TABLES},
+                    "register": "answer",
+                },
+                {
+                    "ansible.builtin.copy": {
+                        "dest": str(tmp_path / "facts.json"),
+                        "content": "{{ {'answer': answer, 'sglang_host': sglang_host} | to_json }}",
+                    }
+                },
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    environment = {
+        **os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"),
+    }  # fmt: skip
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
+        capture_output=True, text=True, check=False, env=environment, cwd=tmp_path,
+    )  # fmt: skip
+
+
+def test_the_plan_is_derived_from_the_module_s_answer(stand_in_model_dir: Path, tmp_path: Path) -> None:
+    settings = plan_settings("ct129")
+    host_facts = {"nvidia_smi": fake_nvidia_smi(tmp_path), "model": {"path": str(stand_in_model_dir)}}
+    run = run_plan(tmp_path, host_facts, settings)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    seen = json.loads((tmp_path / "facts.json").read_text())
+    assert [gpu["uuid"] for gpu in seen["sglang_host"]["gpus"]] == [H200_UUID], "the module's answer, as the host's fact"
+    assert seen["answer"]["model"]["path"] == str(stand_in_model_dir), "and the model directory it read"
+    expected = sglang_plan(
+        settings,
+        {**seen["sglang_host"], "model": seen["answer"]["model"], "group_models": {}},
+        TABLES,
+    )
+    assert seen["answer"]["plan"] == expected
+    # ct129's settings ask for two GPUs per instance: this host has one.
+    assert any("1 GPU(s) [0] hold 0 instance(s) of 2 GPU(s)" in problem for problem in expected["problems"]), expected
+
+
+def test_a_failed_module_call_fails_the_task_and_plans_nothing(tmp_path: Path) -> None:
+    run = run_plan(tmp_path, {"nvidia_smi": "nvidia-smi", "model": {"sha256": {}}}, plan_settings("ct129"))
+    assert run.returncode != 0
+    assert "missing required arguments: path" in run.stdout, run.stdout[-3000:]
+    assert not (tmp_path / "facts.json").exists()
