@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +26,18 @@ SANDBOX_HOSTS = ("ct129", "b200")
 # The Python of the stand-in nvidia-smi on test hosts, with the simulator (and its gpu_hog) importable.
 STANDIN_PYTHON = "/opt/sglang-simulator-standin/bin/python"
 
+
+
+def local_play(play: Path, environment: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`play` run by ansible-playbook on this machine (local connection, this Python), with no ansible.cfg but this
+    checkout's collection, from the play's folder; `environment` added to this process's."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
+        capture_output=True, text=True, check=False, cwd=play.parent,
+        env={**os.environ, "ANSIBLE_CONFIG": str(play.parent / "none.cfg"),
+             "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"), **(environment or {})},
+    )  # fmt: skip
 
 @dataclass
 class Run:

@@ -5,16 +5,14 @@ recording (one H200)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
 from conftest import plan_settings
-from fleet import ROOT
+from fleet import ROOT, local_play
 from test_host_facts import H200_UUID, fake_nvidia_smi
 
 TABLES = sorted(str(path) for path in (ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))
@@ -41,15 +39,7 @@ def run_plan(tmp_path: Path, host_facts: dict[str, Any], settings: dict[str, Any
         }
     ]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    environment = {
-        **os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"),
-    }  # fmt: skip
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
-        capture_output=True, text=True, check=False, env=environment, cwd=tmp_path,
-    )  # fmt: skip
-
+    return local_play(tmp_path / "play.yml")
 
 def test_the_plan_is_derived_from_the_module_s_answer(stand_in_model_dir: Path, tmp_path: Path) -> None:
     settings = plan_settings("ct129")

@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 import pytest
 from ansible_collections.sglang.fleet.plugins.plugin_utils import disk_cache, template_cache
-from fleet import ROOT
+from fleet import ROOT, local_play
 from jinja2 import pass_context
 
 
@@ -250,18 +250,10 @@ PLAY = (
 
 def test_the_callback_keeps_a_run_s_templates_and_payload_imports_under_its_cache_dir(tmp_path: Path) -> None:
     (tmp_path / "play.yml").write_text(PLAY)
-    environment = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"),
-        "ANSIBLE_CALLBACKS_ENABLED": "sglang.fleet.prefork",
-        "SGLANG_FLEET_CACHE_DIR": str(tmp_path / "cache"),
-    }
-    run = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
-        capture_output=True, text=True, check=False, env=environment, cwd=tmp_path,
-    )  # fmt: skip
+    run = local_play(
+        tmp_path / "play.yml",
+        {"ANSIBLE_CALLBACKS_ENABLED": "sglang.fleet.prefork", "SGLANG_FLEET_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert '"msg": "pong"' in run.stdout
     assert list((tmp_path / "cache" / "templates").glob("ansible-*/*"))
