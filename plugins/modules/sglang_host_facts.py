@@ -520,10 +520,6 @@ class PythonVersions:
             stop(self.asked.popitem()[1])
 
 
-def python_versions(names: tuple[str, ...] = PYTHON_NAMES) -> dict[str, str]:
-    return PythonVersions(names).answers()
-
-
 class Gathering:
     """The host's facts; its calls (nvidia-smi's, each Python's) all started when made, to run while the module does its
     other work, and read by facts(). As a context manager, ends the calls left unread."""
@@ -531,7 +527,6 @@ class Gathering:
     def __init__(self, nvidia_smi: str, proc_gpus: str = PROC_GPUS) -> None:
         self.proc_gpus = proc_gpus
         self.smi = NvidiaSmi(nvidia_smi)
-        self.pythons: PythonVersions | None = None
         try:
             # Side by side: the GPUs, their processes and, where the driver has no /proc entries to read minors from,
             # the XML.
@@ -549,8 +544,7 @@ class Gathering:
 
     def __exit__(self, *exc_info: object) -> None:
         self.smi.close()
-        if self.pythons is not None:
-            self.pythons.close()
+        self.pythons.close()
 
     def facts(self, dev: str = "/dev") -> dict[str, Any]:
         facts: dict[str, Any] = {
@@ -561,7 +555,7 @@ class Gathering:
             "device_nodes": device_nodes(dev),
             "memtotal_mb": memtotal_mb(),
             "glibc_version": glibc_version(),
-            "python_versions": self.pythons.answers() if self.pythons is not None else {},
+            "python_versions": self.pythons.answers(),
             "listening": listening_ports(),
         }
         text, facts["gpu_error"] = self.smi.answer(*GPU_QUERY)

@@ -240,7 +240,7 @@ def test_python_versions_are_asked_of_each_python_on_path_by_name_and_path(tmp_p
     broken.write_text("#!/bin/sh\nexit 1\n")
     broken.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert module.python_versions() == {
+    assert module.PythonVersions().answers() == {
         "python3": "3.11",
         str(tmp_path / "python3"): "3.11",
         "python3.12": "3.12",
@@ -254,7 +254,7 @@ def test_the_python_running_the_module_answers_for_itself(tmp_path: Path, monkey
     asked = []
     monkeypatch.setattr(subprocess, "Popen", lambda argv, **_: asked.append(argv))
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert module.python_versions() == {"python3.13": running, str(tmp_path / "python3.13"): running}
+    assert module.PythonVersions().answers() == {"python3.13": running, str(tmp_path / "python3.13"): running}
     assert asked == []
 
 
