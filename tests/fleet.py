@@ -28,6 +28,16 @@ STANDIN_PYTHON = "/opt/sglang-simulator-standin/bin/python"
 
 
 
+def fresh_python(script: str, *args: str, options: tuple[str, ...] = ()) -> Any:
+    """What `script` prints as JSON, run with `args` in a fresh interpreter (a run's own process) with Python's
+    `options`, from the checkout's root; it must exit 0."""
+    run = subprocess.run(
+        [sys.executable, *options, "-c", script, *args], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout)
+
+
 def local_play(play: Path, environment: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`play` run by ansible-playbook on this machine (local connection, this Python), with no ansible.cfg but this
     checkout's collection, from the play's folder; `environment` added to this process's."""

@@ -19,8 +19,6 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
     LOCK_PLAYBOOK,
     ModelSourceError,
     fetch,
-    hide_progress_bars,
-    is_hub,
     read_lock,
     slug,
     source_key,
@@ -53,8 +51,6 @@ def fetch_source(args: dict[str, Any]) -> dict[str, Any]:
     described = {"key": key, "slug": slug(source), "revision": str(source["revision"]), "files": files}
     if lock_problem:
         return {"changed": False, **described, "problems": lock_problem, "facts": {}}
-    if is_hub(source):
-        hide_progress_bars()
     fetched = fetch(source, files, args["cache_dir"], args["endpoint"], args["token"])
     return {
         "changed": fetched.fetched_bytes > 0,

@@ -17,6 +17,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect
 from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines, parse_problems
 from ansible_collections.sglang.fleet.plugins.module_utils.plan import plan_host
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
+from ansible_collections.sglang.fleet.plugins.plugin_utils import safe_yaml
 
 
 @functools.lru_cache(maxsize=1)
@@ -25,13 +26,10 @@ def declared_variables(root: str = "") -> frozenset[str]:
     set_fact and register names in roles/, playbooks/ and molecule/, and the facts its modules return). Read once
     per run, from the checkout the plugin lives in, as the plugin is imported (below): in the controller, before the
     workers fork, where the callback sglang.fleet.prefork imports it (each worker would read them again, ~0.06 s)."""
-    import yaml  # Ansible's controller always has PyYAML
-
     base = Path(root) if root else Path(__file__).resolve().parents[2]
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML has it (~4x faster)
     names: set[str] = set()
     for spec in base.glob("roles/*/meta/argument_specs.yml"):
-        data = yaml.load(spec.read_text(), Loader=loader) or {}  # a safe loader
+        data = safe_yaml.load(spec.read_text()) or {}
         for entry in (data.get("argument_specs") or {}).values():
             names.update((entry or {}).get("options") or {})
     assigned = re.compile(r"^[ \t-]*(?:register:\s*)?((?:sglang|cuda)_\w+)\s*:?", re.MULTILINE)

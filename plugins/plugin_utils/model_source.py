@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
 import yaml
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import sha256_of
+from ansible_collections.sglang.fleet.plugins.plugin_utils import safe_yaml
 
 if TYPE_CHECKING:
     from huggingface_hub.hf_api import RepoFile
@@ -195,7 +196,7 @@ def select(names: Iterable[str], source: Mapping[str, Any]) -> list[str]:
 def _lock_document(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as handle:
-            document = yaml.safe_load(handle)
+            document = safe_yaml.load(handle)
     except FileNotFoundError:
         return {}
     except (OSError, yaml.YAMLError) as error:
@@ -640,6 +641,8 @@ def _fill_blobs(source: Mapping[str, Any], files: Files, cache_dir: str, endpoin
         if no_room:
             filler.result.problems[CACHE_ROOM] = no_room
             to_fetch = {}
+        if to_fetch and is_hub(source):  # only then: importing huggingface_hub's progress bars costs ~50 ms (asyncio)
+            hide_progress_bars()
         for name, expected in to_fetch.items():
             filler.bring(name, expected)
     finally:

@@ -21,7 +21,10 @@ def test_a_second_sandbox_run_changes_nothing(sandbox: Run) -> None:
         for data in again.results()
         if data["task"] == "Say what this deploy changes on each host"
     }
-    assert said == {"ct129": "ct129: nothing to change", "b200": "b200: nothing to change"}
+    assert said == {
+        "ct129": "ct129: 1 instance(s) planned, no problems. Nothing to change",
+        "b200": "b200: 7 instance(s) planned, no problems. Nothing to change",
+    }
     ran = [event["event_data"]["task"] for event in again.events if event.get("event") in ("runner_on_ok", "runner_on_skipped")]
     assert ran[-2:] == ["Say what this deploy changes on each host"] * 2, "no task after it"
     calls = [data["task"] for data in again.results() if data["res"].get("invocation") and data["host"] == "b200"]

@@ -214,7 +214,7 @@ def changes_said(run: Run) -> dict[str, str]:
 
 
 def test_a_worker_missing_from_the_gateway_comes_back_while_its_converged_host_ends_early(keyed: Keyed) -> None:
-    """The next deploy finds the whole fleet as planned ("nothing to change" on both hosts); with one of b200's workers
+    """The next deploy finds the whole fleet as planned ("Nothing to change" on both hosts); with one of b200's workers
     taken out of ct129's gateway by hand, b200 still has nothing to change and ends early, and ct129's gateway
     registers that worker again: b200's workers are the gateway's for the whole run, not only while b200 runs."""
     assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
@@ -225,7 +225,10 @@ def test_a_worker_missing_from_the_gateway_comes_back_while_its_converged_host_e
         return changes_said(again)
 
     assert wait_until(lambda: registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}, 60)
-    assert deploy_says() == {"ct129": "ct129: nothing to change", "b200": "b200: nothing to change"}
+    assert deploy_says() == {
+        "ct129": "ct129: 1 instance(s) planned, no problems. Nothing to change",
+        "b200": "b200: 7 instance(s) planned, no problems. Nothing to change",
+    }
     client = (ROOT / "plugins/module_utils/sglang_router_client.py").read_text()
     removal = (
         f"\nimport json\nkey = json.load(open({GATEWAY_KEYS!r}))['admin_key']"
@@ -233,8 +236,9 @@ def test_a_worker_missing_from_the_gateway_comes_back_while_its_converged_host_e
     )
     assert on_host("ct129", "python3", "-c", client + removal).strip() == "True"
     said = deploy_says()
-    assert said["b200"] == "b200: nothing to change"
-    assert said["ct129"].startswith("ct129: to change: http://127.0.0.1:30200: workers differ"), said
+    assert said["b200"] == "b200: 7 instance(s) planned, no problems. Nothing to change"
+    planned = "ct129: 1 instance(s) planned, no problems"
+    assert said["ct129"].startswith(f"{planned}. To change: http://127.0.0.1:30200: workers differ"), said
     assert registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
 
 
@@ -253,7 +257,7 @@ def test_a_gateway_host_with_nothing_else_to_change_stays_for_the_workers_anothe
     assert checked.rc == 0, checked.failure_messages()
     said = changes_said(checked)
     again = "to register again the workers a new shape stops first"
-    assert said["ct129"] == f"ct129: to change: http://127.0.0.1:30200: {again}", said
+    assert said["ct129"] == f"ct129: 1 instance(s) planned, no problems. To change: http://127.0.0.1:30200: {again}", said
     assert f"http://127.0.0.1:30100: {again}" in said["b200"], said
 
 

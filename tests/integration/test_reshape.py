@@ -20,7 +20,7 @@ def task_results(result: Run, task: str) -> list[dict[str, Any]]:
 
 
 def preflight_report(result: Run) -> str:
-    return " ".join(str(res.get("msg", "")) for res in task_results(result, "Report a clean preflight"))
+    return " ".join(str(res.get("msg", "")) for res in task_results(result, "Say what this deploy changes on each host"))
 
 
 def serving(ports: list[int]) -> dict[int, int]:

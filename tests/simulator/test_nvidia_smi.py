@@ -315,3 +315,17 @@ def test_table_follows_the_recorded_layout(h200_env: Env, recording: str) -> Non
     for mine, theirs in zip(our_lines[1:], real_lines[1:], strict=True):
         assert boxes(mine) == boxes(theirs), mine
         assert masked(mine) == masked(theirs), mine
+
+
+ESCAPED = ["GPU-1", "a & b < c > d", 'say "x"', "it's", "both \" and '", "line\nbreak\ttab\r", ""]
+
+
+@pytest.mark.parametrize("text", ESCAPED)
+def test_the_xml_is_escaped_as_xml_sax_saxutils_escapes_it(text: str) -> None:
+    """The stand-in's own escape and quoteattr (importing saxutils' would double the time of a call)."""
+    from xml.sax import saxutils
+
+    from sglang_simulator import nvidia_smi
+
+    assert nvidia_smi.escape(text) == saxutils.escape(text)
+    assert nvidia_smi.quoteattr(text) == saxutils.quoteattr(text)

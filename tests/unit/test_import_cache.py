@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import ast
 import copy
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from ansible_collections.sglang.fleet.plugins.plugin_utils import import_cache
-from fleet import ROOT
+from fleet import fresh_python
 
 # In a fresh interpreter, as a run's process: Ansible's payload builder (recursive_finder) for the module test.imports.probe
 # of the collections under argv[1], the cache installed under argv[2] (none for "-"). Prints the files in the payload and how many
@@ -69,12 +65,7 @@ def collection(root: Path, *, first_imports_second: bool = False, broken: bool =
 
 
 def build(collections: Path, cache: Path | str, *python_options: str) -> dict[str, Any]:
-    run = subprocess.run(
-        [sys.executable, *python_options, "-c", BUILD_PAYLOAD, str(collections), str(cache)],
-        capture_output=True, text=True, check=False, cwd=ROOT,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    answer: dict[str, Any] = json.loads(run.stdout)
+    answer: dict[str, Any] = fresh_python(BUILD_PAYLOAD, str(collections), str(cache), options=python_options)
     return answer
 
 
@@ -150,22 +141,3 @@ def test_the_key_tells_apart_name_package_and_text_type() -> None:
         import_cache.key("ansible.module_utils.a", False, b"import sys\n"),
     }
     assert len(keys) == 5
-
-
-@pytest.fixture
-def restored() -> Any:
-    yield
-    import_cache.uninstall()
-
-
-@pytest.mark.usefixtures("restored")
-def test_installing_again_moves_the_cache_and_uninstall_restores_ansible_s_builder(tmp_path: Path) -> None:
-    from ansible.executor import module_common
-
-    parse, finder_init = module_common._compile_module_ast, module_common.ModuleDepFinder.__init__
-    import_cache.install(tmp_path / "a")
-    import_cache.install(tmp_path / "b")
-    assert module_common._compile_module_ast.uncached is parse
-    assert module_common.ModuleDepFinder.__init__.uncached is finder_init
-    import_cache.uninstall()
-    assert (module_common._compile_module_ast, module_common.ModuleDepFinder.__init__) == (parse, finder_init)

@@ -356,6 +356,17 @@ def test_fetching_the_second_commit_reuses_the_unchanged_blobs(mirror: Any, tmp_
     assert Path(two.snapshot).parent.name == mirror.repo.replace("/", "--")
 
 
+def test_progress_bars_are_hidden_only_for_a_download(mirror: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub's bars would write to the worker's stdout; importing them costs a run that fetches nothing
+    about 50 ms (asyncio), in each worker."""
+    hidden: list[bool] = []
+    monkeypatch.setattr(ms, "hide_progress_bars", lambda: hidden.append(True))
+    source = hub_source(mirror, mirror.commits[0])
+    files = ms.remote_files(source, mirror.endpoint)
+    assert ms.fetch(source, files, str(tmp_path / "cache"), mirror.endpoint).fetched and hidden == [True]
+    assert not ms.fetch(source, files, str(tmp_path / "cache"), mirror.endpoint).fetched and hidden == [True]
+
+
 def test_a_hub_file_that_differs_from_the_lock_is_a_problem(mirror: Any, tmp_path: Path) -> None:
     source = hub_source(mirror, mirror.commits[0])
     files = ms.remote_files(source, mirror.endpoint)

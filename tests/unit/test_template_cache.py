@@ -5,19 +5,15 @@ damaged; prune keeps what runs read."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jinja2
-import pytest
 from ansible_collections.sglang.fleet.plugins.plugin_utils import disk_cache, template_cache
-from fleet import ROOT, local_play
+from fleet import ROOT, fresh_python, local_play
 from jinja2 import pass_context
 
 
@@ -185,37 +181,11 @@ print(json.dumps({"results": results, "compiled": len(compiled)}))
 
 
 def test_a_second_ansible_run_compiles_only_the_conditional_and_templates_the_same(tmp_path: Path) -> None:
-    answers = []
-    for _ in range(2):
-        run = subprocess.run(
-            [sys.executable, "-c", ANSIBLE_RUN, str(ROOT / "collections"), str(tmp_path)],
-            capture_output=True, text=True, check=False, cwd=ROOT,
-        )  # fmt: skip
-        assert run.returncode == 0, run.stderr
-        answers.append(json.loads(run.stdout))
-    first, second = answers
+    first, second = (fresh_python(ANSIBLE_RUN, str(ROOT / "collections"), str(tmp_path)) for _ in range(2))
     assert first["results"] == ["30000,30001 B200", "http://10.0.0.7:30000", "a\\nb", True]
     assert first["compiled"] >= 4
     # A conditional (an expression: Jinja parses it itself, then compiles the tree) is compiled as before.
     assert second == {"results": first["results"], "compiled": 1}
-
-
-@pytest.fixture
-def restored() -> Any:
-    yield
-    template_cache.uninstall()
-
-
-@pytest.mark.usefixtures("restored")
-def test_installing_again_moves_the_cache_and_uninstall_restores_ansible_s_compile(tmp_path: Path) -> None:
-    from ansible._internal._templating._jinja_bits import AnsibleEnvironment
-
-    original = AnsibleEnvironment.compile
-    template_cache.install(tmp_path / "a")
-    template_cache.install(tmp_path / "b")
-    assert AnsibleEnvironment.compile.uncached is original
-    template_cache.uninstall()
-    assert AnsibleEnvironment.compile is original
 
 
 def test_a_vaulted_template_or_value_is_never_written(tmp_path: Path) -> None:
@@ -248,7 +218,7 @@ PLAY = (
 )
 
 
-def test_the_callback_keeps_a_run_s_templates_and_payload_imports_under_its_cache_dir(tmp_path: Path) -> None:
+def test_the_callback_keeps_a_run_s_templates_payload_imports_and_code_under_its_cache_dir(tmp_path: Path) -> None:
     (tmp_path / "play.yml").write_text(PLAY)
     run = local_play(
         tmp_path / "play.yml",
@@ -257,6 +227,7 @@ def test_the_callback_keeps_a_run_s_templates_and_payload_imports_under_its_cach
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert '"msg": "pong"' in run.stdout
     assert list((tmp_path / "cache" / "templates").glob("ansible-*/*"))
+    assert list((tmp_path / "cache" / "code").glob("ansible-*/*")), "the collection's plugins the callback imported"
     imports = list((tmp_path / "cache" / "imports").glob("ansible-*/*"))  # ping's module_utils: basic and what it imports
     assert len(imports) > 10 and all(entry.stat().st_mode & 0o777 == 0o600 for entry in imports)
     assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
