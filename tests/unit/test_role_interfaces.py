@@ -109,6 +109,17 @@ def test_each_role_publishes_its_fact_in_its_preflight(role: str) -> None:
         assert re.search(rf"`{fact}`", (ROOT / "README.md").read_text())
 
 
+def test_the_router_probe_request_is_made_after_every_host_published_its_router() -> None:
+    """The gateway's planned workers are the hosts whose `sglang_router` names it, read through hostvars: a task that
+    set both facts would read the other hosts' from before it ran (none, on the first host)."""
+    steps = [task.get("ansible.builtin.set_fact") or {} for file, task in tasks("sglang_router") if file == "preflight"]
+    publishes = next(index for index, facts in enumerate(steps) if "sglang_router" in facts)
+    requests = next(index for index, facts in enumerate(steps) if "sglang_router_probe" in facts)
+    assert publishes < requests
+    gateway_members = yaml.safe_load((ROOT / "roles/sglang_router/vars/main.yml").read_text())["_sglang_router_gateway_members"]
+    assert "hostvars" in gateway_members
+
+
 def test_the_router_fact_is_set_without_logging_its_admin_key() -> None:
     [task] = [task for _, task in tasks("sglang_router") if "sglang_router" in (task.get("ansible.builtin.set_fact") or {})]
     assert task.get("no_log") is True
