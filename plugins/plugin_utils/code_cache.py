@@ -12,9 +12,7 @@ run as without the cache.
 from __future__ import annotations
 
 import functools
-import hashlib
 import marshal
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import CodeType
@@ -32,35 +30,20 @@ def folder_for(base: Path) -> Path:
 
 
 def key(filename: str, source: str | bytes) -> str:
-    data = source if isinstance(source, bytes) else source.encode("utf-8", "surrogatepass")
-    header = repr((filename, type(source).__name__)).encode()
-    return hashlib.sha256(header + b"\0" + data).hexdigest()
+    return disk_cache.key((filename, type(source).__name__), source)
 
 
 def read(path: Path) -> CodeType | None:
     """The entry at `path` when it exists and is whole."""
-    try:
-        with path.open("rb") as entry:
-            code = marshal.load(entry)
-            disk_cache.refresh(entry)
-    except (OSError, EOFError, ValueError, TypeError):
-        return None
+    code = disk_cache.load(path)
     return code if isinstance(code, CodeType) else None
 
 
 def compiled(source: str | bytes, filename: str) -> tuple[CodeType, bool]:
-    """The code of `source` as Ansible's loader compiles it, and whether compiling it warned (then compiled again,
-    for its warnings to be issued, or raised, as the warning filters say)."""
-    with warnings.catch_warnings(record=True) as issued:
-        warnings.simplefilter("always")
-        try:
-            code = compile(source=source, filename=filename, mode="exec", flags=0, dont_inherit=True)
-        except SyntaxError:
-            if not issued:
-                raise
-    if issued:
-        return compile(source=source, filename=filename, mode="exec", flags=0, dont_inherit=True), True
-    return code, False
+    """The code of `source` as Ansible's loader compiles it, and whether compiling it warned (disk_cache.unless_warned)."""
+    return disk_cache.unless_warned(
+        lambda: compile(source=source, filename=filename, mode="exec", flags=0, dont_inherit=True)
+    )
 
 
 def caching(get_code: Callable[..., Any], folder: Path) -> Callable[..., Any]:
@@ -84,7 +67,6 @@ def caching(get_code: Callable[..., Any], folder: Path) -> Callable[..., Any]:
         self._compiled_code = code
         return code
 
-    get_code_cached.uncached = get_code  # type: ignore[attr-defined]
     return get_code_cached
 
 
@@ -92,15 +74,12 @@ def install(base: Path) -> Path:
     """Make the collection loader, in this process and those it forks, read the code of each file it imports from the
     cache under `base`; returns the folder used. Installing again changes only the folder."""
     folder = folder_for(base)
-    get_code = getattr(_AnsibleCollectionPkgLoaderBase.get_code, "uncached", _AnsibleCollectionPkgLoaderBase.get_code)
-    _AnsibleCollectionPkgLoaderBase.get_code = caching(get_code, folder)
+    disk_cache.replace(_AnsibleCollectionPkgLoaderBase, "get_code", lambda get_code: caching(get_code, folder))
     return folder
 
 
 def uninstall() -> None:
-    get_code = getattr(_AnsibleCollectionPkgLoaderBase.get_code, "uncached", None)
-    if get_code is not None:
-        _AnsibleCollectionPkgLoaderBase.get_code = get_code
+    disk_cache.restore(_AnsibleCollectionPkgLoaderBase, "get_code")
 
 
 def prune(base: Path, now: float | None = None) -> int:

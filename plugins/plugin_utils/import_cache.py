@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import marshal
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,17 +55,7 @@ class Source:
     def parsed_as_ansible_parses(self) -> ast.Module:
         """The tree; a text whose parse warns is parsed again as Ansible parses it, for its warnings to be issued, or
         raised, as the warning filters say (and marked `warned`)."""
-        with warnings.catch_warnings(record=True) as issued:
-            warnings.simplefilter("always")
-            try:
-                tree: ast.Module | None = self.parse(self.name, self.text)
-            except Exception:
-                if not issued:
-                    raise
-                tree = None
-        self.warned = bool(issued)
-        if tree is None or self.warned:
-            return self.parse(self.name, self.text)
+        tree, self.warned = disk_cache.unless_warned(lambda: self.parse(self.name, self.text))
         return tree
 
     def __getattr__(self, attribute: str) -> Any:  # Ansible reads the module's METADATA from the tree's body
@@ -78,9 +66,7 @@ class Source:
 
 def key(module_fqn: str, is_pkg_init: bool, text: str | bytes) -> str:
     # Python decodes text given as bytes by its coding line, text given as str as it is: their type is part of the key.
-    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    header = repr((module_fqn, bool(is_pkg_init), type(text).__name__)).encode()
-    return hashlib.sha256(header + b"\0" + data).hexdigest()
+    return disk_cache.key((module_fqn, bool(is_pkg_init), type(text).__name__), text)
 
 
 def names(value: object) -> list[tuple[str, ...]] | None:
@@ -93,10 +79,8 @@ def names(value: object) -> list[tuple[str, ...]] | None:
 def read(path: Path) -> Imports | None:
     """The entry at `path` when it exists and is whole."""
     try:
-        with path.open("rb") as entry:
-            every, optional = marshal.load(entry)
-            disk_cache.refresh(entry)
-    except (OSError, EOFError, ValueError, TypeError):
+        every, optional = disk_cache.load(path)
+    except (TypeError, ValueError):  # none, or not a pair
         return None
     every, optional = names(every), names(optional)
     return None if every is None or optional is None else (every, optional)
@@ -121,31 +105,30 @@ def caching(finder_init: Callable[..., None], folder: Path) -> Callable[..., Non
         finder_init(self, module_fqn, ast.Module(body=[], type_ignores=[]), is_pkg_init, *args, **kwargs)
         self.submodules, self.optional_imports = set(kept[0]), set(kept[1])
 
-    init.uncached = finder_init  # type: ignore[attr-defined]
     return init
+
+
+def sources(parse: Callable[[str, Any], ast.Module]) -> Callable[[str, str | bytes], Source]:
+    """Ansible's parse of a payload file (`parse`, module_common._compile_module_ast) answering a Source."""
+
+    def source(module_name: str, source_code: str | bytes) -> Source:
+        return Source(parse, module_name, source_code)
+
+    return source
 
 
 def install(base: Path) -> Path:
     """Make Ansible's payload builder, in this process and those it forks, read what each file imports from the cache
     under `base`; returns the folder used. Installing again changes only the folder."""
     folder = folder_for(base)
-    finder_init = getattr(module_common.ModuleDepFinder.__init__, "uncached", module_common.ModuleDepFinder.__init__)
-    parse = getattr(module_common._compile_module_ast, "uncached", module_common._compile_module_ast)
-
-    def source(module_name: str, source_code: str | bytes) -> Source:
-        return Source(parse, module_name, source_code)
-
-    source.uncached = parse  # type: ignore[attr-defined]
-    module_common._compile_module_ast = source
-    module_common.ModuleDepFinder.__init__ = caching(finder_init, folder)
+    disk_cache.replace(module_common, "_compile_module_ast", sources)
+    disk_cache.replace(module_common.ModuleDepFinder, "__init__", lambda finder_init: caching(finder_init, folder))
     return folder
 
 
 def uninstall() -> None:
-    for owner, name in ((module_common, "_compile_module_ast"), (module_common.ModuleDepFinder, "__init__")):
-        original = getattr(getattr(owner, name), "uncached", None)
-        if original is not None:
-            setattr(owner, name, original)
+    disk_cache.restore(module_common, "_compile_module_ast")
+    disk_cache.restore(module_common.ModuleDepFinder, "__init__")
 
 
 def prune(base: Path, now: float | None = None) -> int:

@@ -11,7 +11,6 @@ already parsed, as a conditional is) is compiled as before.
 from __future__ import annotations
 
 import functools
-import hashlib
 import marshal
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -55,8 +54,7 @@ def settings(environment: jinja2.Environment) -> tuple[Any, ...]:
 
 
 def key(source: str, name: str | None, filename: str | None, defer_init: bool, environment: jinja2.Environment) -> str:
-    header = repr((name, filename, defer_init, settings(environment))).encode()
-    return hashlib.sha256(header + b"\0" + source.encode("utf-8", "surrogatepass")).hexdigest()
+    return disk_cache.key((name, filename, defer_init, settings(environment)), source)
 
 
 def passed(function: Callable[..., Any] | None) -> str | None:
@@ -132,7 +130,6 @@ def caching(compile_template: Callable[..., Any], folder: Path) -> Callable[...,
             disk_cache.write(path, marshal.dumps((recorded, code)))
         return code
 
-    compile_cached.uncached = compile_template  # type: ignore[attr-defined]
     return compile_cached
 
 
@@ -140,15 +137,12 @@ def install(base: Path) -> Path:
     """Make every AnsibleEnvironment of this process, and of the processes it forks, compile through the cache under
     `base`; returns the folder used. Installing again changes only the folder."""
     folder = folder_for(base)
-    compile_template = getattr(AnsibleEnvironment.compile, "uncached", AnsibleEnvironment.compile)
-    AnsibleEnvironment.compile = caching(compile_template, folder)
+    disk_cache.replace(AnsibleEnvironment, "compile", lambda compile_template: caching(compile_template, folder))
     return folder
 
 
 def uninstall() -> None:
-    compile_template = getattr(AnsibleEnvironment.compile, "uncached", None)
-    if compile_template is not None:
-        AnsibleEnvironment.compile = compile_template
+    disk_cache.restore(AnsibleEnvironment, "compile")
 
 
 def prune(base: Path, now: float | None = None) -> int:
