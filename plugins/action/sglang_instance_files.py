@@ -7,13 +7,19 @@ of the same name writes only what differs and reports, per instance, whether any
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from ansible._internal._templating import _template_vars
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
+from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead
+from ansible_collections.sglang.fleet.plugins.plugin_utils import probe_key
+
+ENCODER = get_module_encoder("legacy", Direction.CONTROLLER_TO_MODULE)
 
 # The template action's defaults, so a file rendered here is byte for byte what ansible.builtin.template writes.
 OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
@@ -29,10 +35,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     by, default sglang_server_instance); `read`, what to read on the host in the same call (the module's option).
     Or `requests`: several of those (each with `role_path`, the role whose templates/ and files/ its `src` names), by
     name, all handled in the one call and answered in `answers` under their names (deploy's probe); a request's
-    `routers` (the module's option; each `api_key` travels as a private content) are compared there too."""
+    `routers` (the module's option; each `api_key` travels as a private content) are compared there too. With
+    `requests`, `keep` (the module's option) keeps them on the host for the next run's gathering, and `ahead` is what
+    that gathering answered for the request it found kept (module_utils/probe_ahead.py): used instead of a call to the
+    host when that was this very request, signed with the control node's key, and no diff is asked for."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read", "requests"))
+    _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read", "requests", "keep", "ahead"))
 
     def render(self, src: str, source: str, dest: str, task_vars: dict[str, Any], extra: dict[str, Any]) -> str:
         """The template at `source` rendered as ansible.builtin.template would for `dest`, with `extra` variables."""
@@ -125,9 +134,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 )
                 for name, request in requests.items()
             }
-        module_result = self._execute_module(
-            module_name="sglang.fleet.sglang_instance_files", module_args=module_args, task_vars=task_vars
-        )
+        module_result = self.answered_ahead(module_args, args.get("ahead"))
+        if module_result is None:
+            if requests and args.get("keep"):
+                module_args["keep"] = args["keep"]
+            module_result = self._execute_module(
+                module_name="sglang.fleet.sglang_instance_files", module_args=module_args, task_vars=task_vars
+            )
         result.update(module_result)
         result["changed_instances"] = changed_instances(module_result, owner_of)
         for name, answer in (module_result.get("answers") or {}).items():
@@ -137,6 +150,21 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         if not self._task.diff:
             result.pop("diff", None)
         return result
+
+    def answered_ahead(self, module_args: dict[str, Any], ahead: Any) -> dict[str, Any] | None:
+        """The module's result for `module_args` as the gathering answered it ahead, when it answered these very
+        requests (and nothing else is asked: files of the call's own, or a diff); else None."""
+        if not ahead or not module_args.get("requests") or module_args["files"] or "read" in module_args or self._task.diff:
+            return None
+        # As the module receives them (Ansible's encoding for modules: no tags, no lazy templates), kept as it keeps them.
+        sent, ahead = (json.loads(json.dumps(each, cls=ENCODER)) for each in (module_args, ahead))
+        kept_text = probe_ahead.text(probe_ahead.hashed_request(sent["requests"], sent["private_contents"]))
+        key = probe_key.key()
+        if key is None or ahead.get("signature") != probe_ahead.signature(key, kept_text):
+            return None
+        answers: dict[str, Any] = ahead["answers"]
+        changed = any(answer["changed_paths"] for answer in answers.values())
+        return {"changed": changed, "changed_paths": [], "diff": [], "answers": answers, "answered_ahead": True}
 
 
 def changed_instances(answer: dict[str, Any], owner_of: dict[str, str]) -> list[str]:

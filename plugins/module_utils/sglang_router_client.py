@@ -280,3 +280,20 @@ def members_in_sync(
     except (OSError, ValueError) as error:
         return f"cannot read {workers_file}: {error}"
     return None
+
+
+def routers_differences(routers: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """For each router ({url, workers, keep_hosts, models, workers_file, api_key}), by URL, what sglang_router_members
+    would change (empty when nothing)."""
+    return {
+        str(router["url"]): members_in_sync(
+            str(router["url"]),
+            list(router.get("workers") or []),
+            api_key=str(router.get("api_key") or ""),
+            keep_hosts=list(router.get("keep_hosts") or []),
+            models=dict(router.get("models") or {}),
+            workers_file=router.get("workers_file") or None,
+        )
+        or ""
+        for router in routers
+    }

@@ -116,6 +116,20 @@ options:
     type: list
     elements: path
     default: []
+  probe_ahead:
+    description:
+      - Deploy's probe request kept on the host by module sglang_instance_files (its I(keep)), made again here, last
+        (module_utils/probe_ahead.py), and returned as C(probe_ahead). Reads only, as the rest of this module.
+    type: dict
+    suboptions:
+      path:
+        description: The kept request's file; none there answers nothing.
+        type: path
+        required: true
+      key:
+        description: The key (hex) the request's HMAC is made with, the control node's.
+        type: str
+        required: true
 author: sglang-fleet
 """
 
@@ -132,6 +146,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+probe_ahead:
+  description:
+    - With I(probe_ahead), the kept request's C(signature) (its HMAC) and C(answers) (what module sglang_instance_files
+      answers for each of its requests, without diffs); empty when none is kept or it could not be answered.
+  returned: when I(probe_ahead) is given
+  type: dict
 ansible_facts:
   description: The fact C(sglang_host).
   returned: always
@@ -613,13 +633,22 @@ def main() -> None:
                 },
             },
             "group_models": {"type": "list", "elements": "path", "default": []},
+            "probe_ahead": {
+                "type": "dict",
+                "options": {"path": {"type": "path", "required": True}, "key": {"type": "str", "required": True, "no_log": True}},
+            },
         },
         supports_check_mode=True,
     )
+    ahead = module.params["probe_ahead"]
+    if ahead:  # its reads (most of its time is waiting on the commands it runs) beside the gathering below
+        from ansible_collections.sglang.fleet.plugins.module_utils.probe_ahead import AnswerAhead
+
+        answering = AnswerAhead(ahead["path"], ahead["key"])
     model = module.params["model"]
-    model_result = {}
+    result = {}
     if model is not None:
-        model_result["model"] = model_facts(
+        result["model"] = model_facts(
             model["path"],
             model["sha256"],
             model["user"],
@@ -630,14 +659,16 @@ def main() -> None:
         )
     if module.params["group_models"]:
         account = (model or {}).get("user") or "", (model or {}).get("group") or ""
-        model_result["group_models"] = {
+        result["group_models"] = {
             path: model_facts(path, {}, account[0], account[1], "", "", []) for path in module.params["group_models"]
         }
     # After the model directory (hashing it may take minutes): the GPUs and their processes as the plan gets them.
     with Gathering(module.params["nvidia_smi"]) as gathering:  # its calls run while Ansible's facts are gathered
         facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
         host = gathering.facts()
-    module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": host}, **model_result)
+    if ahead:
+        result["probe_ahead"] = answering.answer()
+    module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": host}, **result)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ import pwd
 import tempfile
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead
 from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import members_in_sync
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import routers_differences
 
 DOCUMENTATION = r"""
 module: sglang_instance_files
@@ -48,6 +49,13 @@ options:
       the workers) and answered in its C(routers) - by URL, what differs, empty when nothing does.
     type: dict
     default: {}
+  keep:
+    description: >-
+      With I(requests): where to keep them on the host for the next run's module sglang_host_facts, which makes the
+      same comparisons and reads in its own call (module_utils/probe_ahead.py). Each file's content is kept as its
+      sha256, a router's key as it is; the file is readable by the remote user alone, and written in check mode too (a
+      cache, like Ansible's own temporary files there; never a change).
+    type: path
 author: sglang-fleet
 """
 
@@ -141,22 +149,6 @@ def handle(module: Any, files: list[dict[str, Any]], private: list[str], reads: 
     return {"changed_paths": changed_paths, "diff": diffs} | ({} if reads is None else {"read": probe(reads)})
 
 
-def routers_differences(routers: list[dict[str, Any]], private: list[str]) -> dict[str, str]:
-    """For each router, by URL, what sglang_router_members would change (empty when nothing)."""
-    return {
-        str(router["url"]): members_in_sync(
-            str(router["url"]),
-            list(router.get("workers") or []),
-            api_key=private[int(router["api_key"])],
-            keep_hosts=list(router.get("keep_hosts") or []),
-            models=dict(router.get("models") or {}),
-            workers_file=router.get("workers_file") or None,
-        )
-        or ""
-        for router in routers
-    }
-
-
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
@@ -167,17 +159,24 @@ def main() -> None:
             "private_contents": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "read": {"type": "dict"},
             "requests": {"type": "dict", "default": {}},
+            "keep": {"type": "path"},
         },
         supports_check_mode=True,
     )
-    private = module.params["private_contents"]
+    private, requests = module.params["private_contents"], module.params["requests"]
     result = handle(module, module.params["files"], private, module.params["read"])
-    if module.params["requests"]:
+    if requests:
         result["answers"] = {
             name: handle(module, list(request.get("files") or []), private, request.get("read"))
-            | ({"routers": routers_differences(request["routers"], private)} if request.get("routers") else {})
-            for name, request in module.params["requests"].items()
+            | (
+                {"routers": routers_differences(probe_ahead.with_keys(request["routers"], private))}
+                if request.get("routers")
+                else {}
+            )
+            for name, request in requests.items()
         }
+        if module.params["keep"]:
+            probe_ahead.keep(module.params["keep"], probe_ahead.text(probe_ahead.hashed_request(requests, private)))
     changed = bool(result["changed_paths"]) or any(each["changed_paths"] for each in result.get("answers", {}).values())
     module.exit_json(changed=changed, **result)
 

@@ -11,7 +11,8 @@ from fleet import ROOT, Run, http_status, on_host, overlay_inventory, run_playbo
 
 def test_a_second_sandbox_run_changes_nothing(sandbox: Run) -> None:
     """`make sandbox` again: the test hosts and the deploy both report no change; the deploy says so for each host and
-    ends there, after preflight's two calls to it (the plan's and deploy's probe), running none of the roles' steps."""
+    ends there, after preflight's one call to it (the plan's, which made deploy's probe request kept by the run before:
+    the probe uses its answers), running none of the roles' steps."""
     for playbook in ("playbooks/sandbox.yml", "deploy.yml"):
         again = run_playbook(playbook)
         assert again.rc == 0, again.failure_messages()
@@ -28,7 +29,9 @@ def test_a_second_sandbox_run_changes_nothing(sandbox: Run) -> None:
     ran = [event["event_data"]["task"] for event in again.events if event.get("event") in ("runner_on_ok", "runner_on_skipped")]
     assert ran[-2:] == ["Say what this deploy changes on each host"] * 2, "no task after it"
     calls = [data["task"] for data in again.results() if data["res"].get("invocation") and data["host"] == "b200"]
-    assert len(calls) == 2, calls
+    assert [task.split(",")[0] for task in calls] == ["Gather GPUs"], calls
+    probed = {data["host"]: data["res"] for data in again.results() if data["task"].startswith("Compare what every role")}
+    assert {host: result.get("answered_ahead") for host, result in probed.items()} == {"ct129": True, "b200": True}
 
 
 def test_changing_one_instance_restarts_that_instance_only(sandbox: Run, tmp_path: Path) -> None:
@@ -222,6 +225,7 @@ def test_remove_takes_the_fleet_off_a_host_and_leaves_nothing_of_it(sandbox: Run
         script = f"find / -xdev -iname '*sglang*' {skip}; getent passwd sglang; getent group sglang; true"
         found = on_host("ct129", "sh", "-c", script)
         assert found.strip() == "", found
+        assert on_host("ct129", "sh", "-c", "ls -A /root/.ansible/sglang.fleet 2>/dev/null; true").strip() == "", "kept probe"
         assert unit_starts("b200") == b200_before, "b200 was touched"
         again = run_playbook("playbooks/remove.yml", limit="ct129")
         assert again.rc == 0 and again.changed() == [], again.changed()

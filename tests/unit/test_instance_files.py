@@ -70,6 +70,7 @@ def test_deploys_probe_answers_each_request_under_its_name_and_writes_nothing(tm
             "files": [],
             "read": None,
             "private_contents": ['{"api_key": "sk-1"}\n'],
+            "keep": None,
             "requests": {
                 "sglang_server": {"files": [spec(unit, "[Unit]\n")], "read": {"globs": [str(tmp_path / "*.service")]}},
                 "sglang_router": {"files": [{**spec(keys, ""), "content": None, "private": 0}]},
