@@ -7,6 +7,7 @@ of the same name writes only what differs and reports, per instance, whether any
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from ansible._internal._templating import _template_vars
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.json import Direction, get_module_encoder
+from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
 from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead
@@ -36,9 +38,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     Or `requests`: several of those (each with `role_path`, the role whose templates/ and files/ its `src` names), by
     name, all handled in the one call and answered in `answers` under their names (deploy's probe); a request's
     `routers` (the module's option; each `api_key` travels as a private content) are compared there too. With
-    `requests`, `keep` (the module's option) keeps them on the host for the next run's gathering, and `ahead` is what
-    that gathering answered for the request it found kept (module_utils/probe_ahead.py): used instead of a call to the
-    host when that was this very request, signed with the control node's key, and no diff is asked for."""
+    `requests`, `keep` (where: the module's option, with the requests' signature under the control node's key) keeps
+    them on the host for the next run's gathering, and `ahead` is what that gathering answered for the request it found
+    kept and signed (module_utils/probe_ahead.py): used instead of a call to the host when it carries this very
+    request's signature and no diff is asked for."""
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read", "requests", "keep", "ahead"))
@@ -134,10 +137,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 )
                 for name, request in requests.items()
             }
-        module_result = self.answered_ahead(module_args, args.get("ahead"))
+        # Deploy's probe: its requests alone (what the gathering makes of a kept request)
+        probe_only = requests and not module_args["files"] and "read" not in module_args
+        kept = self.kept_signature(module_args) if probe_only and args.get("keep") else None
+        module_result = self.answered_ahead(kept, args.get("ahead"), private_contents)
         if module_result is None:
-            if requests and args.get("keep"):
-                module_args["keep"] = args["keep"]
+            if kept:
+                module_args["keep"] = {"path": args["keep"], "signature": kept}
             module_result = self._execute_module(
                 module_name="sglang.fleet.sglang_instance_files", module_args=module_args, task_vars=task_vars
             )
@@ -151,18 +157,29 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             result.pop("diff", None)
         return result
 
-    def answered_ahead(self, module_args: dict[str, Any], ahead: Any) -> dict[str, Any] | None:
-        """The module's result for `module_args` as the gathering answered it ahead, when it answered these very
-        requests (and nothing else is asked: files of the call's own, or a diff); else None."""
-        if not ahead or not module_args.get("requests") or module_args["files"] or "read" in module_args or self._task.diff:
+    @staticmethod
+    def kept_signature(module_args: dict[str, Any]) -> str | None:
+        """The signature, under the control node's key, of `module_args`' requests as the module keeps them (None
+        without a key): what the host's answer ahead must carry to be used, and what the module keeps with them."""
+        key = probe_key.key()
+        if key is None:
             return None
         # As the module receives them (Ansible's encoding for modules: no tags, no lazy templates), kept as it keeps them.
-        sent, ahead = (json.loads(json.dumps(each, cls=ENCODER)) for each in (module_args, ahead))
-        kept_text = probe_ahead.text(probe_ahead.hashed_request(sent["requests"], sent["private_contents"]))
-        key = probe_key.key()
-        if key is None or ahead.get("signature") != probe_ahead.signature(key, kept_text):
+        sent = json.loads(json.dumps(module_args, cls=ENCODER))
+        return probe_ahead.signature(
+            key, probe_ahead.text(probe_ahead.hashed_request(sent["requests"], sent["private_contents"]))
+        )
+
+    def answered_ahead(self, kept: str | None, ahead: Any, private_contents: list[str]) -> dict[str, Any] | None:
+        """The module's result for the requests signed `kept` as the gathering answered them ahead, when it answered
+        these very requests and no diff is asked for (the gathering makes none); else None. Masked as the module's
+        result is: no private content in it."""
+        if not kept or not ahead or self._task.diff:
             return None
-        answers: dict[str, Any] = ahead["answers"]
+        ahead = json.loads(json.dumps(ahead, cls=ENCODER))
+        if not hmac.compare_digest(str(ahead.get("signature") or ""), kept):
+            return None
+        answers: dict[str, Any] = remove_values(ahead["answers"], set(private_contents))
         changed = any(answer["changed_paths"] for answer in answers.values())
         return {"changed": changed, "changed_paths": [], "diff": [], "answers": answers, "answered_ahead": True}
 

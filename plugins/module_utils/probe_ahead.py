@@ -3,10 +3,11 @@
 Deploy's probe (module sglang_instance_files with `requests`) compares the files every role would write with the host
 and makes every role's reads. Its request can only be made once the plan is known, so it costs a second round trip
 after the plan's gathering, though a converged host's request is the same run after run. So the probe keeps its
-request on the host (each file's content as its sha256; a router's key as it is, the file readable by the remote user
-alone), and the next gathering (module sglang_host_facts) makes that request's comparisons and reads in its own call.
-It returns their answers with the request's HMAC under a key only the control node keeps (plugin_utils/probe_key.py);
-the probe uses those answers only when its own request has the same HMAC: the same request, answered during this run.
+request on the host (each file's content as its sha256; a router's key as it is; the file readable by the user the
+module runs as alone), signed with an HMAC under the control node's key (plugin_utils/probe_key.py, sent to the host
+for the call as an option Ansible does not log), and the next gathering (module sglang_host_facts) makes that
+request's comparisons and reads in its own call, only when it is signed so. It returns their answers with that
+signature; the probe uses them only when its own request has the same: the same request, answered during this run.
 """
 
 from __future__ import annotations
@@ -65,12 +66,13 @@ def signature(key: bytes, kept_text: str) -> str:
     return hmac.new(key, kept_text.encode(), hashlib.sha256).hexdigest()
 
 
-def keep(path: str, kept_text: str) -> None:
-    """Writes `kept_text` to `path` (readable by this user alone) unless it holds that already; a cache, so a failure
-    to write it only leaves the next run to ask the host twice."""
+def keep(path: str, kept_text: str, kept_signature: str) -> None:
+    """Writes `kept_text` with its signature to `path` (readable by this user alone) unless it holds them already; a
+    cache, so a failure to write it only leaves the next run to ask the host twice."""
+    kept = f"{kept_signature}\n{kept_text}"
     try:
         with open(path, encoding="utf-8") as current:
-            if current.read() == kept_text:
+            if current.read() == kept:
                 return
     except (OSError, UnicodeDecodeError):
         pass
@@ -80,13 +82,28 @@ def keep(path: str, kept_text: str) -> None:
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.")
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(kept_text)
+                out.write(kept)
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)
             raise
     except OSError:
         return
+
+
+def read_kept(path: str, key: bytes) -> str | None:
+    """The request kept at `path` when this user alone could have written it (no link, this user's, no access for
+    others) and it carries its signature under `key`: only a request the control node signed is ever made."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(descriptor, encoding="utf-8") as handle:
+        status = os.fstat(handle.fileno())
+        if status.st_uid != os.geteuid() or status.st_mode & 0o077:
+            return None
+        kept_signature, _, kept_text = handle.read().partition("\n")
+    return kept_text if hmac.compare_digest(kept_signature, signature(key, kept_text)) else None
 
 
 def attributes_differ(status: os.stat_result, owner: str, group: str, mode: int) -> bool:
@@ -126,13 +143,14 @@ def answers(kept: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def answer_ahead(path: str, key: str) -> dict[str, Any]:
-    """The kept request at `path` answered, with its signature under `key` (hex): {signature, answers}; {} when no
-    request is kept there or it cannot be answered (one of another format, say), which the probe then asks itself."""
+    """The kept request at `path` answered when the control node signed it with `key` (hex): {signature, answers};
+    {} when none is kept there, it is not signed so or it cannot be answered (one of another format, say), which the
+    probe then asks itself."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            kept_text = handle.read()
-        kept = json.loads(kept_text)
-        return {"signature": signature(bytes.fromhex(key), kept_text), "answers": answers(kept)}
+        kept_text = read_kept(path, bytes.fromhex(key))
+        if kept_text is None:
+            return {}
+        return {"signature": signature(bytes.fromhex(key), kept_text), "answers": answers(json.loads(kept_text))}
     except Exception:  # anything a kept file holds only means no answer ahead
         return {}
 

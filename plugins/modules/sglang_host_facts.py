@@ -118,8 +118,9 @@ options:
     default: []
   probe_ahead:
     description:
-      - Deploy's probe request kept on the host by module sglang_instance_files (its I(keep)), made again here, last
-        (module_utils/probe_ahead.py), and returned as C(probe_ahead). Reads only, as the rest of this module.
+      - Deploy's probe request kept on the host by module sglang_instance_files (its I(keep)), made here too, in a
+        thread beside the gathering, when it carries its signature under I(key) and only this user could have written
+        it (module_utils/probe_ahead.py); returned as C(probe_ahead). Reads only, as the rest of this module.
     type: dict
     suboptions:
       path:

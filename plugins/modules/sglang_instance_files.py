@@ -51,11 +51,20 @@ options:
     default: {}
   keep:
     description: >-
-      With I(requests): where to keep them on the host for the next run's module sglang_host_facts, which makes the
-      same comparisons and reads in its own call (module_utils/probe_ahead.py). Each file's content is kept as its
-      sha256, a router's key as it is; the file is readable by the remote user alone, and written in check mode too (a
-      cache, like Ansible's own temporary files there; never a change).
-    type: path
+      With I(requests): keep them on the host for the next run's module sglang_host_facts, which makes the same
+      comparisons and reads in its own call when their signature checks out (module_utils/probe_ahead.py). Each file's
+      content is kept as its sha256, a router's key as it is; the file is readable by the user this module runs as
+      alone, and written in check mode too (a cache, like Ansible's own temporary files there; never a change).
+    type: dict
+    suboptions:
+      path:
+        description: Where.
+        type: path
+        required: true
+      signature:
+        description: The requests' HMAC (hex) under the control node's key, made by the action of the same name.
+        type: str
+        required: true
 author: sglang-fleet
 """
 
@@ -159,7 +168,13 @@ def main() -> None:
             "private_contents": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "read": {"type": "dict"},
             "requests": {"type": "dict", "default": {}},
-            "keep": {"type": "path"},
+            "keep": {
+                "type": "dict",
+                "options": {
+                    "path": {"type": "path", "required": True},
+                    "signature": {"type": "str", "required": True, "no_log": True},
+                },
+            },
         },
         supports_check_mode=True,
     )
@@ -175,8 +190,8 @@ def main() -> None:
             )
             for name, request in requests.items()
         }
-        if module.params["keep"]:
-            probe_ahead.keep(module.params["keep"], probe_ahead.text(probe_ahead.hashed_request(requests, private)))
+        if keep := module.params["keep"]:
+            probe_ahead.keep(keep["path"], probe_ahead.text(probe_ahead.hashed_request(requests, private)), keep["signature"])
     changed = bool(result["changed_paths"]) or any(each["changed_paths"] for each in result.get("answers", {}).values())
     module.exit_json(changed=changed, **result)
 

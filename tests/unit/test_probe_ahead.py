@@ -50,6 +50,12 @@ def probe_args(paths: dict[str, Path], unit: str = "[Unit]\n") -> dict[str, Any]
     }
 
 
+def kept_at(kept: Path, args: dict[str, Any], monkeypatch: Any) -> dict[str, Any]:
+    """`args` with the module's `keep`: at `kept`, signed as the action signs them (under KEY)."""
+    monkeypatch.setattr(probe_key, "key", lambda: KEY)
+    return {**args, "keep": {"path": str(kept), "signature": ActionModule.kept_signature(args)}}
+
+
 def probe(params: dict[str, Any], monkeypatch: Any) -> dict[str, Any]:
     """The probe module's result for `params` (check mode, as deploy's probe runs)."""
     returned: dict[str, Any] = {}
@@ -73,13 +79,13 @@ def test_a_kept_request_is_answered_as_the_probe_answers_it(tmp_path: Path, monk
     the probe's, without its diffs."""
     paths = files_on_host(tmp_path / "host")
     kept = tmp_path / "home/.ansible/sglang.fleet/probe-request.json"
-    probed = probe({**probe_args(paths), "keep": str(kept)}, monkeypatch)
+    probed = probe(kept_at(kept, probe_args(paths), monkeypatch), monkeypatch)
     assert probed["answers"]["sglang_server"]["changed_paths"] == [str(paths["env"]), str(paths["missing"])]
     assert probed["answers"]["sglang_router"]["changed_paths"] == [str(paths["keys"])], "its mode differs"
     ahead = probe_ahead.answer_ahead(str(kept), KEY.hex())
     assert ahead["answers"] == without_diffs(probed["answers"])
-    assert ahead["signature"] == probe_ahead.signature(KEY, kept.read_text())
-    assert ahead["signature"] != probe_ahead.signature(bytes(32), kept.read_text()), "another key, another signature"
+    assert ahead["signature"] == kept.read_text().partition("\n")[0] == ActionModule.kept_signature(probe_args(paths))
+    assert probe_ahead.answer_ahead(str(kept), bytes(32).hex()) == {}, "signed under another key: not made"
 
 
 def test_a_request_is_kept_by_its_contents_sha256_for_its_user_alone_and_written_only_when_it_changes(
@@ -87,15 +93,15 @@ def test_a_request_is_kept_by_its_contents_sha256_for_its_user_alone_and_written
 ) -> None:
     paths = files_on_host(tmp_path / "host")
     kept = tmp_path / "home/.ansible/sglang.fleet/probe-request.json"
-    probe({**probe_args(paths), "keep": str(kept)}, monkeypatch)
+    probe(kept_at(kept, probe_args(paths), monkeypatch), monkeypatch)
     text = kept.read_text()
     assert "A=1" not in text and SECRET.strip() not in text.replace("\\", ""), "contents kept by their sha256 only"
     assert hashlib.sha256(SECRET.encode()).hexdigest() in text
     assert oct(kept.stat().st_mode & 0o777) == "0o600" and oct(kept.parent.stat().st_mode & 0o777) == "0o700"
     inode = kept.stat().st_ino
-    probe({**probe_args(paths), "keep": str(kept)}, monkeypatch)
+    probe(kept_at(kept, probe_args(paths), monkeypatch), monkeypatch)
     assert kept.stat().st_ino == inode, "the same request is not written again"
-    probe({**probe_args(paths, unit="[Unit]\nAfter=network.target\n"), "keep": str(kept)}, monkeypatch)
+    probe(kept_at(kept, probe_args(paths, unit="[Unit]\nAfter=network.target\n"), monkeypatch), monkeypatch)
     assert kept.read_text() != text, "another request replaces it"
     assert [name for name in os.listdir(kept.parent) if name.startswith(".")] == [], "no temporary file is left"
 
@@ -104,11 +110,33 @@ def test_a_host_without_a_kept_request_or_with_one_it_cannot_answer_answers_noth
     kept = tmp_path / "probe-request.json"
     assert probe_ahead.answer_ahead(str(kept), KEY.hex()) == {}
     for text in ("not json", json.dumps({"sglang_server": {"files": [{"path": str(kept)}]}}), "[]"):  # another format
-        kept.write_text(text)
+        probe_ahead.keep(str(kept), text, probe_ahead.signature(KEY, text))
         assert probe_ahead.answer_ahead(str(kept), KEY.hex()) == {}, text
     unwritable = tmp_path / "file-not-folder"
     unwritable.write_text("")
-    probe_ahead.keep(str(unwritable / "probe-request.json"), "{}")  # a cache: a failure to keep it is no error
+    probe_ahead.keep(str(unwritable / "probe-request.json"), "{}", "")  # a cache: a failure to keep it is no error
+
+
+def test_a_kept_request_is_made_only_when_the_control_node_signed_it_and_only_this_user_could_write_it(
+    tmp_path: Path,
+) -> None:
+    """A request planted or edited on the host (its commands would run as the module's user) is never made."""
+    ran = tmp_path / "ran"
+    planted = json.dumps({"sglang_venv": {"files": [], "read": {"commands": [{"argv": ["touch", str(ran)]}]}}})
+    kept = tmp_path / "probe-request.json"
+    probe_ahead.keep(str(kept), planted, "0" * 64)
+    assert probe_ahead.answer_ahead(str(kept), KEY.hex()) == {}, "unsigned"
+    kept.write_text(f"{probe_ahead.signature(KEY, planted)}\n{planted}")
+    for mode in (0o644, 0o620):
+        kept.chmod(mode)
+        assert probe_ahead.answer_ahead(str(kept), KEY.hex()) == {}, f"others may read or write it ({oct(mode)})"
+    kept.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to(kept)
+    assert probe_ahead.answer_ahead(str(link), KEY.hex()) == {}, "a link"
+    assert not ran.exists()
+    assert probe_ahead.answer_ahead(str(kept), KEY.hex())["answers"]["sglang_venv"]["read"] is not None
+    assert ran.exists(), "signed, this user's alone: made"
 
 
 def action(diff: bool = False) -> Any:
@@ -118,22 +146,33 @@ def action(diff: bool = False) -> Any:
 def test_the_probe_uses_the_answer_ahead_for_its_very_request_only(tmp_path: Path, monkeypatch: Any) -> None:
     paths = files_on_host(tmp_path / "host")
     kept = tmp_path / "probe-request.json"
-    probed = probe({**probe_args(paths), "keep": str(kept)}, monkeypatch)
+    probed = probe(kept_at(kept, probe_args(paths), monkeypatch), monkeypatch)
     ahead = probe_ahead.answer_ahead(str(kept), KEY.hex())
-    monkeypatch.setattr(probe_key, "key", lambda: KEY)
     # As the action has them: rendered contents are Ansible's strings, which travel to the module as plain ones.
     args = probe_args(paths)
     args["private_contents"] = [trust_as_template(SECRET)]
-    used = ActionModule.answered_ahead(action(), args, ahead)
-    assert used is not None and used["answered_ahead"] and used["changed"]
-    assert used["answers"] == without_diffs(probed["answers"])
-    assert ActionModule.answered_ahead(action(), probe_args(paths, unit="[Unit]\nX=1\n"), ahead) is None, "another unit"
-    changed_key = {**args, "private_contents": ['{"api_key": "sk-router-2"}\n']}
-    assert ActionModule.answered_ahead(action(), changed_key, ahead) is None, "another private content"
-    assert ActionModule.answered_ahead(action(diff=True), args, ahead) is None, "a diff is asked for: the module makes it"
-    assert ActionModule.answered_ahead(action(), args, {}) is None, "nothing answered ahead"
+
+    def used(args: dict[str, Any], diff: bool = False, answer: Any = ahead) -> Any:
+        return ActionModule.answered_ahead(action(diff), ActionModule.kept_signature(args), answer, args["private_contents"])
+
+    assert used(args) == {
+        "changed": True, "changed_paths": [], "diff": [], "answers": without_diffs(probed["answers"]), "answered_ahead": True,
+    }  # fmt: skip
+    assert used(probe_args(paths, unit="[Unit]\nX=1\n")) is None, "another unit"
+    assert used({**args, "private_contents": ['{"api_key": "sk-router-2"}\n']}) is None, "another private content"
+    assert used(args, diff=True) is None, "a diff is asked for: the module makes it"
+    assert used(args, answer={}) is None, "nothing answered ahead"
     monkeypatch.setattr(probe_key, "key", lambda: bytes(32))
-    assert ActionModule.answered_ahead(action(), args, ahead) is None, "signed with another key"
+    assert used(args) is None, "signed with another key"
+
+
+def test_an_answer_ahead_is_masked_as_the_module_masks_its_result(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(probe_key, "key", lambda: KEY)
+    args = probe_args(files_on_host(tmp_path / "host"))
+    kept = ActionModule.kept_signature(args)
+    leaky = {"signature": kept, "answers": {"sglang_router": {"changed_paths": [], "routers": {"u": SECRET}}}}
+    used = ActionModule.answered_ahead(action(), kept, leaky, args["private_contents"])
+    assert SECRET not in json.dumps(used), used
 
 
 def test_the_probe_key_is_made_once_for_this_user_alone(tmp_path: Path) -> None:
@@ -142,6 +181,10 @@ def test_the_probe_key_is_made_once_for_this_user_alone(tmp_path: Path) -> None:
     assert made is not None and len(made) == probe_key.SIZE and probe_key.key(folder) == made
     assert oct((folder / "probe-key").stat().st_mode & 0o777) == "0o600"
     assert sorted(os.listdir(folder)) == ["probe-key"], "no partial file is left"
+    (folder / "probe-key").write_bytes(made[:5])  # cut short by a crash
+    again = probe_key.key(folder)
+    assert again is not None and len(again) == probe_key.SIZE and again != made and probe_key.key(folder) == again
+    assert sorted(os.listdir(folder)) == ["probe-key"]
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)
