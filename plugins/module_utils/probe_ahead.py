@@ -18,7 +18,6 @@ import hmac
 import json
 import os
 import pwd
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -66,34 +65,15 @@ def signature(key: bytes, kept_text: str) -> str:
     return hmac.new(key, kept_text.encode(), hashlib.sha256).hexdigest()
 
 
-def keep(path: str, kept_text: str, kept_signature: str) -> None:
-    """Writes `kept_text` with its signature to `path` (readable by this user alone) unless it holds them already; a
-    cache, so a failure to write it only leaves the next run to ask the host twice."""
-    kept = f"{kept_signature}\n{kept_text}"
-    try:
-        with open(path, encoding="utf-8") as current:
-            if current.read() == kept:
-                return
-    except (OSError, UnicodeDecodeError):
-        pass
-    folder = os.path.dirname(path)
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(kept)
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
-    except OSError:
-        return
+def kept_file(kept_text: str, kept_signature: str) -> str:
+    """What the kept request's file holds: its signature, then its text (read_kept reads it)."""
+    return f"{kept_signature}\n{kept_text}"
 
 
-def read_kept(path: str, key: bytes) -> str | None:
-    """The request kept at `path` when this user alone could have written it (no link, this user's, no access for
-    others) and it carries its signature under `key`: only a request the control node signed is ever made."""
+def read_kept(path: str, key: bytes) -> tuple[str, str] | None:
+    """The request kept at `path` (its signature and text) when this user alone could have written it (no link, this
+    user's, no access for others) and it carries its signature under `key`: only a request the control node signed is
+    ever made."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
@@ -103,13 +83,18 @@ def read_kept(path: str, key: bytes) -> str | None:
         if status.st_uid != os.geteuid() or status.st_mode & 0o077:
             return None
         kept_signature, _, kept_text = handle.read().partition("\n")
-    return kept_text if hmac.compare_digest(kept_signature, signature(key, kept_text)) else None
+    return (kept_signature, kept_text) if hmac.compare_digest(kept_signature, signature(key, kept_text)) else None
+
+
+def account_ids(owner: str, group: str) -> tuple[int, int]:
+    """The uid of `owner` and the gid of `group`; KeyError when either does not exist."""
+    return pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
 
 
 def attributes_differ(status: os.stat_result, owner: str, group: str, mode: int) -> bool:
     """Whether a file's owner, group or mode differ from those given (an account that does not exist yet: they do)."""
     try:
-        ids = pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
+        ids = account_ids(owner, group)
     except KeyError:
         return True
     return (status.st_uid, status.st_gid, status.st_mode & 0o7777) != (*ids, mode)
@@ -147,10 +132,10 @@ def answer_ahead(path: str, key: str) -> dict[str, Any]:
     {} when none is kept there, it is not signed so or it cannot be answered (one of another format, say), which the
     probe then asks itself."""
     try:
-        kept_text = read_kept(path, bytes.fromhex(key))
-        if kept_text is None:
+        kept = read_kept(path, bytes.fromhex(key))
+        if kept is None:
             return {}
-        return {"signature": signature(bytes.fromhex(key), kept_text), "answers": answers(json.loads(kept_text))}
+        return {"signature": kept[0], "answers": answers(json.loads(kept[1]))}
     except Exception:  # anything a kept file holds only means no answer ahead
         return {}
 

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import grp
 import os
-import pwd
 import tempfile
 from typing import Any
 
@@ -84,10 +82,6 @@ answers:
 """
 
 
-def ids(owner: str, group: str) -> tuple[int, int]:
-    return pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
-
-
 def read(path: str) -> bytes | None:
     try:
         with open(path, "rb") as handle:
@@ -118,13 +112,13 @@ def apply(spec: dict[str, Any], check_mode: bool) -> tuple[bool, dict[str, str] 
     current = read(path)
     content_differs = current != data
     try:
-        uid, gid = ids(spec["owner"], spec["group"])
+        uid, gid = probe_ahead.account_ids(spec["owner"], spec["group"])
     except KeyError:
         if not check_mode:
             raise
         uid = gid = -1  # the account a real run creates first does not exist yet: the file will change
     status = None if current is None else os.stat(path)
-    attributes_differ = status is not None and (status.st_uid, status.st_gid, status.st_mode & 0o7777) != (uid, gid, mode)
+    attributes_differ = status is not None and probe_ahead.attributes_differ(status, spec["owner"], spec["group"], mode)
     if not check_mode:
         if content_differs:
             write(path, data, uid, gid, mode)
@@ -136,6 +130,19 @@ def apply(spec: dict[str, Any], check_mode: bool) -> tuple[bool, dict[str, str] 
         before = "" if current is None else current.decode(errors="replace")
         diff = {"before_header": path, "after_header": path, "before": before, "after": data.decode()}
     return content_differs or attributes_differ, diff
+
+
+def keep(path: str, kept: str) -> None:
+    """Writes `kept` (deploy's probe request, probe_ahead.kept_file) to `path`, readable by this user alone, unless it
+    holds it already; a cache, so a failure to write it only leaves the next run to ask the host twice."""
+    data = kept.encode()
+    try:
+        if read(path) == data:
+            return
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        write(path, data, os.geteuid(), os.getegid(), 0o600)
+    except OSError:
+        return
 
 
 def handle(module: Any, files: list[dict[str, Any]], private: list[str], reads: dict[str, Any] | None) -> dict[str, Any]:
@@ -190,8 +197,9 @@ def main() -> None:
             )
             for name, request in requests.items()
         }
-        if keep := module.params["keep"]:
-            probe_ahead.keep(keep["path"], probe_ahead.text(probe_ahead.hashed_request(requests, private)), keep["signature"])
+        if kept_at := module.params["keep"]:
+            kept_text = probe_ahead.text(probe_ahead.hashed_request(requests, private))
+            keep(kept_at["path"], probe_ahead.kept_file(kept_text, kept_at["signature"]))
     changed = bool(result["changed_paths"]) or any(each["changed_paths"] for each in result.get("answers", {}).values())
     module.exit_json(changed=changed, **result)
 

@@ -110,11 +110,11 @@ def test_a_host_without_a_kept_request_or_with_one_it_cannot_answer_answers_noth
     kept = tmp_path / "probe-request.json"
     assert probe_ahead.answer_ahead(str(kept), KEY.hex()) == {}
     for text in ("not json", json.dumps({"sglang_server": {"files": [{"path": str(kept)}]}}), "[]"):  # another format
-        probe_ahead.keep(str(kept), text, probe_ahead.signature(KEY, text))
+        module.keep(str(kept), probe_ahead.kept_file(text, probe_ahead.signature(KEY, text)))
         assert probe_ahead.answer_ahead(str(kept), KEY.hex()) == {}, text
     unwritable = tmp_path / "file-not-folder"
     unwritable.write_text("")
-    probe_ahead.keep(str(unwritable / "probe-request.json"), "{}", "")  # a cache: a failure to keep it is no error
+    module.keep(str(unwritable / "probe-request.json"), "{}")  # a cache: a failure to keep it is no error
 
 
 def test_a_kept_request_is_made_only_when_the_control_node_signed_it_and_only_this_user_could_write_it(
@@ -124,9 +124,9 @@ def test_a_kept_request_is_made_only_when_the_control_node_signed_it_and_only_th
     ran = tmp_path / "ran"
     planted = json.dumps({"sglang_venv": {"files": [], "read": {"commands": [{"argv": ["touch", str(ran)]}]}}})
     kept = tmp_path / "probe-request.json"
-    probe_ahead.keep(str(kept), planted, "0" * 64)
+    module.keep(str(kept), probe_ahead.kept_file(planted, "0" * 64))
     assert probe_ahead.answer_ahead(str(kept), KEY.hex()) == {}, "unsigned"
-    kept.write_text(f"{probe_ahead.signature(KEY, planted)}\n{planted}")
+    kept.write_text(probe_ahead.kept_file(planted, probe_ahead.signature(KEY, planted)))
     for mode in (0o644, 0o620):
         kept.chmod(mode)
         assert probe_ahead.answer_ahead(str(kept), KEY.hex()) == {}, f"others may read or write it ({oct(mode)})"
