@@ -12,7 +12,10 @@ if ! command -v dockerd >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >&2
 fi
 echo "starting dockerd (log: /var/log/dockerd.log)" >&2
-setsid nohup dockerd >/var/log/dockerd.log 2>&1 </dev/null &
+# The daemon keeps none of this shell's other descriptors: one open on a lock (`flock FILE make sandbox` passes it as 3)
+# would hold that lock for as long as dockerd runs.
+(for fd in /proc/$BASHPID/fd/*; do [ "${fd##*/}" -gt 2 ] && eval "exec ${fd##*/}>&-"; done
+ exec setsid nohup dockerd >/var/log/dockerd.log 2>&1 </dev/null) &
 for _ in $(seq 60); do
   docker info >/dev/null 2>&1 && exit 0
   sleep 1
