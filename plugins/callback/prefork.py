@@ -1,5 +1,5 @@
 """Ansible callback: make the controller ready for the worker processes each task forks, as a preforking server does
-(load once, then freeze), and keep the templates they compile for each other and for the next runs."""
+(load once, then freeze)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,13 @@ from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import connection_loader, filter_loader, test_loader
 from ansible.utils.display import Display
 from ansible.utils.vars import combine_vars
-from ansible_collections.sglang.fleet.plugins.plugin_utils import code_cache, disk_cache, import_cache, template_cache
 
 display = Display()
 
 DOCUMENTATION = r"""
 name: prefork
 type: aggregate
-short_description: Load plugins once in the controller, freeze its objects before each task forks, keep what workers compile
+short_description: Load plugins once in the controller and freeze its objects before each task forks
 description:
   - Ansible forks a worker process per host and task, and each worker inherits the controller's memory as it is.
   - As the play starts, this loads the collection's filter, lookup and action plugins (and the shared code they import)
@@ -38,42 +37,9 @@ description:
     exec. Without it, most workers of a run make a full garbage collection of every object they inherited (about
     50 ms each on the sandbox). Frozen objects are still freed when their last reference goes; the controller's cyclic
     garbage older than a task is freed when the run ends.
-  - Ansible compiles every template it meets and keeps none; on the sandbox a no-op deploy compiled about a thousand,
-    a quarter of them distinct, for about a third of its workers' CPU. With O(cache), Jinja's code for a template is
-    kept on the control node's disk (under O(cache_dir)) for the run's other workers and for later runs. An entry is
-    keyed by the template's text, the environment's syntax settings and the versions of Ansible, Jinja and Python, and
-    is used only while every filter and test the template names is still called as when it was compiled. Entries no
-    run read for 30 days are removed as a run ends. The folder must be this user's alone (it is created so); a vaulted
-    template or value is never kept.
-  - Once a run, Ansible builds the payload of each module the play calls, and parses for it the module and every
-    module_utils file it imports (on the sandbox, 135 files for the plan's facts module, a quarter of a second before
-    the first host's call). With O(cache), what each file imports is kept too, by the file's text (sha256) and the
-    versions of Ansible and Python. Where each import is found, which files are read and what the payload holds are
-    Ansible's own work on every run; a file is parsed only when its text is new (or its parse warns).
-  - Ansible's collection loader compiles each of a collection's Python files from its text every time a run imports
-    it, and keeps no bytecode (about 40 ms of every run on the sandbox, before its first task). With O(cache), the code
-    is kept too, by the file's name and text (sha256) and the versions of Ansible and Python; a file is read on every
-    import as before, and compiled only when its text is new (or its compile warns).
   - Changes nothing a play does or prints. Enable it in C(callbacks_enabled) (this checkout's C(ansible.cfg) does).
 requirements:
   - enabled in callbacks_enabled
-options:
-  cache:
-    description:
-      - Keep Jinja's compiled templates, what each module_utils file imports and the code of the collections' Python
-        files on the control node's disk.
-    type: bool
-    default: true
-    env: [{name: SGLANG_FLEET_CACHE}]
-    ini: [{section: sglang_fleet, key: cache}]
-  cache_dir:
-    description:
-      - Where (its folders C(templates), C(imports) and C(code)); empty is C(sglang.fleet) under Ansible's home
-        (C(ANSIBLE_HOME)).
-    type: str
-    default: ''
-    env: [{name: SGLANG_FLEET_CACHE_DIR}]
-    ini: [{section: sglang_fleet, key: cache_dir}]
 """
 
 PLUGINS = Path(__file__).resolve().parent.parent
@@ -127,35 +93,9 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
     CALLBACK_NAME = "sglang.fleet.prefork"
     CALLBACK_NEEDS_ENABLED = True
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.installed: Path | None = None  # the cache folder in use, once a play started
-
-    def cache_dir(self) -> Path | None:
-        if not self.get_option("cache"):
-            return None
-        folder = self.get_option("cache_dir")
-        return Path(folder).expanduser() if folder else Path(constants.ANSIBLE_HOME, "sglang.fleet")
-
     def v2_playbook_on_play_start(self, play: Any) -> None:
-        if (folder := self.cache_dir()) is not None:
-            if disk_cache.private(folder):
-                code_cache.install(folder / "code")
-                template_cache.install(folder / "templates")
-                import_cache.install(folder / "imports")
-                self.installed = folder
-            else:
-                display.warning(
-                    f"sglang.fleet.prefork: nothing kept, all compiled and parsed anew: {folder} is not this user's alone"
-                )
         preload()
         load_ansible_plugins(connection_names(play))
-
-    def v2_playbook_on_stats(self, stats: Any) -> None:
-        if self.installed is not None:
-            code_cache.prune(self.installed / "code")
-            template_cache.prune(self.installed / "templates")
-            import_cache.prune(self.installed / "imports")
 
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
         gc.freeze()

@@ -116,21 +116,6 @@ options:
     type: list
     elements: path
     default: []
-  probe_ahead:
-    description:
-      - Deploy's probe request kept on the host by module sglang_instance_files (its I(keep)), made here too, in a
-        thread beside the gathering, when it carries its signature under I(key) and only this user could have written
-        it (module_utils/probe_ahead.py); returned as C(probe_ahead). Reads only, as the rest of this module.
-    type: dict
-    suboptions:
-      path:
-        description: The kept request's file; none there answers nothing.
-        type: path
-        required: true
-      key:
-        description: The key (hex) the request's HMAC is made with, the control node's.
-        type: str
-        required: true
 author: sglang-fleet
 """
 
@@ -147,12 +132,6 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-probe_ahead:
-  description:
-    - With I(probe_ahead), the kept request's C(signature) (its HMAC) and C(answers) (what module sglang_instance_files
-      answers for each of its requests, without diffs); empty when none is kept or it could not be answered.
-  returned: when I(probe_ahead) is given
-  type: dict
 ansible_facts:
   description: The fact C(sglang_host).
   returned: always
@@ -634,18 +613,9 @@ def main() -> None:
                 },
             },
             "group_models": {"type": "list", "elements": "path", "default": []},
-            "probe_ahead": {
-                "type": "dict",
-                "options": {"path": {"type": "path", "required": True}, "key": {"type": "str", "required": True, "no_log": True}},
-            },
         },
         supports_check_mode=True,
     )
-    ahead = module.params["probe_ahead"]
-    if ahead:  # its reads (most of its time is waiting on the commands it runs) beside the gathering below
-        from ansible_collections.sglang.fleet.plugins.module_utils.probe_ahead import AnswerAhead
-
-        answering = AnswerAhead(ahead["path"], ahead["key"])
     model = module.params["model"]
     result = {}
     if model is not None:
@@ -667,8 +637,6 @@ def main() -> None:
     with Gathering(module.params["nvidia_smi"]) as gathering:  # its calls run while Ansible's facts are gathered
         facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
         host = gathering.facts()
-    if ahead:
-        result["probe_ahead"] = answering.answer()
     module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": host}, **result)
 
 

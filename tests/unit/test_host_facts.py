@@ -378,7 +378,6 @@ def test_the_calls_start_before_the_rest_is_read_and_answer_after(tmp_path: Path
                 "tokenizer_paths": [],
             },
             "group_models": [],
-            "probe_ahead": None,
         },
         exit_json=lambda **result: seen.update(result),
     )

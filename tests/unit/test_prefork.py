@@ -5,13 +5,11 @@ asks for them, and a task's start freezes the controller's objects before its wo
 from __future__ import annotations
 
 import gc
-import importlib
 import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from ansible_collections.sglang.fleet.plugins.callback.prefork import CallbackModule
@@ -146,31 +144,3 @@ def test_a_task_or_handler_start_freezes_the_objects_its_workers_inherit() -> No
     made_after: list[list[int]] = [[] for _ in range(1000)]
     callback.v2_playbook_on_handler_task_start(None)
     assert gc.get_freeze_count() >= frozen + len(made_after)
-
-
-def ansible_s_own(cache: str) -> list[tuple[Any, str]]:
-    """What each of the callback's caches replaces in Ansible (the owner and the name of each attribute)."""
-    from ansible._internal._templating._jinja_bits import AnsibleEnvironment
-    from ansible.executor import module_common
-    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionPkgLoaderBase
-
-    return {
-        "code_cache": [(_AnsibleCollectionPkgLoaderBase, "get_code")],
-        "template_cache": [(AnsibleEnvironment, "compile")],
-        "import_cache": [(module_common, "_compile_module_ast"), (module_common.ModuleDepFinder, "__init__")],
-    }[cache]
-
-
-@pytest.mark.parametrize("cache", ["code_cache", "template_cache", "import_cache"])
-def test_a_cache_installed_again_moves_and_uninstalled_gives_ansible_its_own_back(cache: str, tmp_path: Path) -> None:
-    module = importlib.import_module(f"ansible_collections.sglang.fleet.plugins.plugin_utils.{cache}")
-    replaced = ansible_s_own(cache)
-    originals = [getattr(owner, name) for owner, name in replaced]
-    try:
-        module.install(tmp_path / "a")
-        folder = module.install(tmp_path / "b")
-        assert folder.parent == tmp_path / "b"
-        assert all(getattr(owner, name).uncached is original for (owner, name), original in zip(replaced, originals, strict=True))
-    finally:
-        module.uninstall()
-    assert all(getattr(owner, name) is original for (owner, name), original in zip(replaced, originals, strict=True))
