@@ -105,6 +105,7 @@ def test_the_play_s_connections_are_those_its_hosts_and_the_play_name(tmp_path: 
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.playbook.play import Play
+    from ansible.vars.hostvars import HostVars
     from ansible.vars.manager import VariableManager
     from ansible_collections.sglang.fleet.plugins.callback.prefork import connection_names
 
@@ -121,6 +122,7 @@ def test_the_play_s_connections_are_those_its_hosts_and_the_play_name(tmp_path: 
     loader = DataLoader()
     inventory = InventoryManager(loader=loader, sources=[str(tmp_path / "hosts.yml")])
     manager = VariableManager(loader=loader, inventory=inventory)
+    HostVars(inventory=inventory, variable_manager=manager, loader=loader)  # as Ansible's task queue makes them
     play = Play.load({"hosts": "servers", "tasks": []}, variable_manager=manager, loader=loader)
     assert connection_names(play) == {"ssh", "community.docker.docker", "local"}
     play = Play.load({"hosts": "others", "connection": "local", "tasks": []}, variable_manager=manager, loader=loader)
@@ -144,3 +146,23 @@ def test_a_task_or_handler_start_freezes_the_objects_its_workers_inherit() -> No
     made_after: list[list[int]] = [[] for _ in range(1000)]
     callback.v2_playbook_on_handler_task_start(None)
     assert gc.get_freeze_count() >= frozen + len(made_after)
+
+
+def test_anything_missing_is_a_warning_and_the_step_is_left_to_ansible(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A play without the variable manager it expects, a connection plugin that does not exist, no gc.freeze: each
+    only warns, and the play goes on as without the callback."""
+    from types import SimpleNamespace
+
+    from ansible_collections.sglang.fleet.plugins.callback import prefork
+
+    warned: list[str] = []
+    monkeypatch.setattr(prefork.display, "warning", warned.append)
+    monkeypatch.setattr(prefork, "preload", lambda: [])
+    play = SimpleNamespace(connection="no.such.connection", get_variable_manager=lambda: None)
+    CallbackModule().v2_playbook_on_play_start(play)
+    assert len(warned) == 1 and warned[0].startswith("sglang.fleet.prefork: the play's connection plugins not prepared")
+    prefork.load_ansible_plugins({"sglang.fleet.no_such_connection"})
+    assert warned[1:] == ["sglang.fleet.prefork: sglang.fleet.no_such_connection not prepared: not found"]
+    monkeypatch.delattr(gc, "freeze")
+    CallbackModule().v2_playbook_on_task_start(None, False)
+    assert warned[2].startswith("sglang.fleet.prefork: gc.freeze not prepared:"), warned
