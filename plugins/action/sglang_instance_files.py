@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ansible._internal._templating import _template_vars
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible.template import trust_as_template
+from ansible.template import generate_ansible_template_vars, trust_as_template
 
 # The template action's defaults, so a file rendered here is byte for byte what ansible.builtin.template writes.
 OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
@@ -36,13 +35,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def render(self, src: str, source: str, dest: str, task_vars: dict[str, Any], extra: dict[str, Any]) -> str:
         """The template at `source` rendered as ansible.builtin.template would for `dest`, with `extra` variables."""
-        template_vars = {
-            **task_vars,
-            **extra,
-            **_template_vars.generate_ansible_template_vars(
-                path=src, fullpath=source, dest_path=dest, include_ansible_managed="ansible_managed" not in task_vars
-            ),
-        }
+        generated = generate_ansible_template_vars(path=src, fullpath=source, dest_path=dest)
+        if "ansible_managed" in task_vars:  # as the template action: an ansible_managed the user set is kept
+            generated.pop("ansible_managed", None)
+        template_vars = {**task_vars, **extra, **generated}
         searchpath = [*template_vars.get("ansible_search_path", []), os.path.dirname(source)]
         searchpath = [path for base in searchpath for path in (os.path.join(base, "templates"), base)]
         templar = self._templar.copy_with_new_env(searchpath=searchpath, available_variables=template_vars)
