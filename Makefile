@@ -62,7 +62,7 @@ $(VENV_NEWEST)/.installed: requirements/control-newest.txt
 	test -n "$(PYTHON_NEWEST)" || { echo "unit-newest: no Python 3.12 (set PYTHON_NEWEST)"; exit 1; }
 	rm -rf $(VENV_NEWEST)
 	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
-	$(VENV_NEWEST)/bin/pip install --quiet --disable-pip-version-check -r requirements/control-newest.txt
+	$(VENV_NEWEST)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements/control-newest.txt
 	touch $@
 
 molecule: venv docker ## Molecule scenarios on local systemd containers
