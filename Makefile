@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down sandbox-prometheus status lint unit molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -50,6 +50,21 @@ lint: venv ## ansible-lint (production profile), yamllint, ruff, mypy
 unit: venv ## pytest: instance derivation, templates, modules, simulator
 	pytest tests/unit tests/simulator tests/contract
 
+# The newest ansible-core meta/runtime.yml admits (2.20; `unit` runs the lowest, 2.19, from .venv): the same tests, their
+# local plays (ansible-playbook of this checkout's actions, modules and templates) included, from .venv-newest/,
+# made from requirements/control-newest.txt with Python 3.12 (2.20 needs it) when missing or older than that file.
+PYTHON_NEWEST ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12))
+VENV_NEWEST := $(CURDIR)/.venv-newest
+unit-newest: $(VENV_NEWEST)/.installed ## The unit tests and their local plays on the newest ansible-core admitted (2.20)
+	$(VENV_NEWEST)/bin/ansible --version | head -1
+	PATH=$(VENV_NEWEST)/bin:$$PATH $(VENV_NEWEST)/bin/python -m pytest -p no:cacheprovider tests/unit tests/simulator tests/contract
+$(VENV_NEWEST)/.installed: requirements/control-newest.txt
+	test -n "$(PYTHON_NEWEST)" || { echo "unit-newest: no Python 3.12 (set PYTHON_NEWEST)"; exit 1; }
+	rm -rf $(VENV_NEWEST)
+	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
+	$(VENV_NEWEST)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements/control-newest.txt
+	touch $@
+
 molecule: venv docker ## Molecule scenarios on local systemd containers
 	molecule test --all
 
@@ -76,12 +91,12 @@ hardware-bundle: ## Build .hardware/ (SGLang 0.5.17 wheels, stripped, norm for s
 # The real install (a download of several GB, then pip, the longest step) runs beside the checks, the default scenario
 # and the sandbox's first deploy: they neither need nor disturb it, and each scenario has its own containers. The
 # integration suite runs alone (its rollouts wait on the clock), on the sandbox deployed before it.
-test: venv docker ## Everything CI runs: lint, unit, molecule (install beside the others), sandbox, integration
+test: venv docker ## Everything CI runs: lint, unit (ansible-core 2.19 and 2.20), molecule (install beside the others), sandbox, integration
 	$(MAKE) --jobs=2 --output-sync=target checks-then-molecule-default-then-sandbox molecule-install
 	$(MAKE) integration
 
 checks-then-molecule-default-then-sandbox: venv docker
-	$(MAKE) --jobs=1 lint unit molecule-default sandbox
+	$(MAKE) --jobs=1 lint unit unit-newest molecule-default sandbox
 
 # olah from its own venv (.mirror-venv/, requirements/mirror.txt) on 127.0.0.1:$MODEL_MIRROR_PORT (18090); stop it with
 # scripts/model-mirror.sh stop.

@@ -95,6 +95,7 @@ def run_playbook(
     tags: str | None = None,
     cmdline: str | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    envvars: dict[str, str] | None = None,
 ) -> Run:
     with tempfile.TemporaryDirectory(prefix="sglang-fleet-runner-") as private:
         runner = ansible_runner.run(
@@ -106,7 +107,7 @@ def run_playbook(
             limit=limit,
             tags=tags,
             cmdline=cmdline,
-            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), **(envvars or {})},
             quiet=True,
             event_handler=(lambda event: on_event(event) or True) if on_event else None,
         )

@@ -7,21 +7,12 @@ of the same name writes only what differs and reports, per instance, whether any
 
 from __future__ import annotations
 
-import hmac
-import json
 import os
 from typing import Any
 
-from ansible._internal._templating import _template_vars
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.json import Direction, get_module_encoder
-from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
-from ansible.template import trust_as_template
-from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead
-from ansible_collections.sglang.fleet.plugins.plugin_utils import probe_key
-
-ENCODER = get_module_encoder("legacy", Direction.CONTROLLER_TO_MODULE)
+from ansible.template import generate_ansible_template_vars, trust_as_template
 
 # The template action's defaults, so a file rendered here is byte for byte what ansible.builtin.template writes.
 OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
@@ -37,24 +28,17 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     by, default sglang_server_instance); `read`, what to read on the host in the same call (the module's option).
     Or `requests`: several of those (each with `role_path`, the role whose templates/ and files/ its `src` names), by
     name, all handled in the one call and answered in `answers` under their names (deploy's probe); a request's
-    `routers` (the module's option; each `api_key` travels as a private content) are compared there too. With
-    `requests`, `keep` (where: the module's option, with the requests' signature under the control node's key) keeps
-    them on the host for the next run's gathering, and `ahead` is what that gathering answered for the request it found
-    kept and signed (module_utils/probe_ahead.py): used instead of a call to the host when it carries this very
-    request's signature and no diff is asked for."""
+    `routers` (the module's option; each `api_key` travels as a private content) are compared there too."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read", "requests", "keep", "ahead"))
+    _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read", "requests"))
 
     def render(self, src: str, source: str, dest: str, task_vars: dict[str, Any], extra: dict[str, Any]) -> str:
         """The template at `source` rendered as ansible.builtin.template would for `dest`, with `extra` variables."""
-        template_vars = {
-            **task_vars,
-            **extra,
-            **_template_vars.generate_ansible_template_vars(
-                path=src, fullpath=source, dest_path=dest, include_ansible_managed="ansible_managed" not in task_vars
-            ),
-        }
+        generated = generate_ansible_template_vars(path=src, fullpath=source, dest_path=dest)
+        if "ansible_managed" in task_vars:  # as the template action: an ansible_managed the user set is kept
+            generated.pop("ansible_managed", None)
+        template_vars = {**task_vars, **extra, **generated}
         searchpath = [*template_vars.get("ansible_search_path", []), os.path.dirname(source)]
         searchpath = [path for base in searchpath for path in (os.path.join(base, "templates"), base)]
         templar = self._templar.copy_with_new_env(searchpath=searchpath, available_variables=template_vars)
@@ -137,16 +121,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 )
                 for name, request in requests.items()
             }
-        # Deploy's probe: its requests alone (what the gathering makes of a kept request)
-        probe_only = requests and not module_args["files"] and "read" not in module_args
-        kept = self.kept_signature(module_args) if probe_only and args.get("keep") else None
-        module_result = self.answered_ahead(kept, args.get("ahead"), private_contents)
-        if module_result is None:
-            if kept:
-                module_args["keep"] = {"path": args["keep"], "signature": kept}
-            module_result = self._execute_module(
-                module_name="sglang.fleet.sglang_instance_files", module_args=module_args, task_vars=task_vars
-            )
+        module_result = self._execute_module(
+            module_name="sglang.fleet.sglang_instance_files", module_args=module_args, task_vars=task_vars
+        )
         result.update(module_result)
         result["changed_instances"] = changed_instances(module_result, owner_of)
         for name, answer in (module_result.get("answers") or {}).items():
@@ -156,32 +133,6 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         if not self._task.diff:
             result.pop("diff", None)
         return result
-
-    @staticmethod
-    def kept_signature(module_args: dict[str, Any]) -> str | None:
-        """The signature, under the control node's key, of `module_args`' requests as the module keeps them (None
-        without a key): what the host's answer ahead must carry to be used, and what the module keeps with them."""
-        key = probe_key.key()
-        if key is None:
-            return None
-        # As the module receives them (Ansible's encoding for modules: no tags, no lazy templates), kept as it keeps them.
-        sent = json.loads(json.dumps(module_args, cls=ENCODER))
-        return probe_ahead.signature(
-            key, probe_ahead.text(probe_ahead.hashed_request(sent["requests"], sent["private_contents"]))
-        )
-
-    def answered_ahead(self, kept: str | None, ahead: Any, private_contents: list[str]) -> dict[str, Any] | None:
-        """The module's result for the requests signed `kept` as the gathering answered them ahead, when it answered
-        these very requests and no diff is asked for (the gathering makes none); else None. Masked as the module's
-        result is: no private content in it."""
-        if not kept or not ahead or self._task.diff:
-            return None
-        ahead = json.loads(json.dumps(ahead, cls=ENCODER))
-        if not hmac.compare_digest(str(ahead.get("signature") or ""), kept):
-            return None
-        answers: dict[str, Any] = remove_values(ahead["answers"], set(private_contents))
-        changed = any(answer["changed_paths"] for answer in answers.values())
-        return {"changed": changed, "changed_paths": [], "diff": [], "answers": answers, "answered_ahead": True}
 
 
 def changed_instances(answer: dict[str, Any], owner_of: dict[str, str]) -> list[str]:

@@ -11,22 +11,18 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
-from ansible_collections.sglang.fleet.plugins.plugin_utils import probe_key
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "host_facts": {"type": "dict", "required": True},
     "settings": {"type": "dict", "required": True},
     "support_tables": {"type": "list", "elements": "raw", "required": True},
-    "probe_ahead": {"type": "str", "default": ""},
 }
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]
     """Arguments: `host_facts`, the options of module sglang_host_facts; `settings`, the host's plan settings (the
     filter sglang_plan's first argument); `support_tables`, every supported SGLang's support table or its file's path.
-    `probe_ahead`, where on the host deploy's probe keeps its request (empty: none), made again by the module in the same
-    call and signed with the control node's key (plugin_utils/probe_key.py). Returns the module's answer, and `plan`: what the
-    filter sglang_plan derives from the settings and that answer."""
+    Returns the module's answer, and `plan`: what the filter sglang_plan derives from the settings and that answer."""
 
     TRANSFERS_FILES = False
 
@@ -34,8 +30,6 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         result: dict[str, Any] = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         module_args = dict(args["host_facts"])
-        if args["probe_ahead"] and (key := probe_key.key()) is not None:
-            module_args["probe_ahead"] = {"path": args["probe_ahead"], "key": key.hex()}
         answer: dict[str, Any] = self._execute_module(
             module_name="sglang.fleet.sglang_host_facts", module_args=module_args, task_vars=task_vars or {}
         )

@@ -3,15 +3,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
-import signal
-import subprocess
 from typing import Any
-from xml.etree import ElementTree
 
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import model_facts
+from ansible_collections.sglang.fleet.plugins.module_utils.nvidia_smi import (
+    APP_QUERY,
+    GPU_QUERY,
+    PROC_GPUS,
+    XML_QUERY,
+    NvidiaSmi,
+    add_minors,
+    device_nodes,
+    parse_apps,
+    parse_gpus,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.port_units import listening_ports, unit_of
+from ansible_collections.sglang.fleet.plugins.module_utils.pythons import PythonVersions
 
 # ansible.builtin.setup's minimal subset, gathered whatever `gather_subset` says.
 SETUP_MINIMAL_SUBSET = frozenset(
@@ -116,21 +124,6 @@ options:
     type: list
     elements: path
     default: []
-  probe_ahead:
-    description:
-      - Deploy's probe request kept on the host by module sglang_instance_files (its I(keep)), made here too, in a
-        thread beside the gathering, when it carries its signature under I(key) and only this user could have written
-        it (module_utils/probe_ahead.py); returned as C(probe_ahead). Reads only, as the rest of this module.
-    type: dict
-    suboptions:
-      path:
-        description: The kept request's file; none there answers nothing.
-        type: path
-        required: true
-      key:
-        description: The key (hex) the request's HMAC is made with, the control node's.
-        type: str
-        required: true
 author: sglang-fleet
 """
 
@@ -147,12 +140,6 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-probe_ahead:
-  description:
-    - With I(probe_ahead), the kept request's C(signature) (its HMAC) and C(answers) (what module sglang_instance_files
-      answers for each of its requests, without diffs); empty when none is kept or it could not be answered.
-  returned: when I(probe_ahead) is given
-  type: dict
 ansible_facts:
   description: The fact C(sglang_host).
   returned: always
@@ -213,184 +200,6 @@ model:
   type: dict
 """
 
-GPU_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id"
-APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
-PROC_GPUS = "/proc/driver/nvidia/gpus"
-GPU_QUERY = (f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits")
-APP_QUERY = (f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits")
-XML_QUERY = ("-q", "-x")
-TIMEOUT = 60  # seconds an nvidia-smi call may take
-CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-TCP_LISTEN = "0A"
-
-
-def parse_csv(text: str) -> list[list[str]]:
-    """Rows of `nvidia-smi --format=csv,noheader,nounits` output."""
-    return [[cell.strip() for cell in line.split(",")] for line in text.splitlines() if line.strip()]
-
-
-def parse_gpus(text: str) -> list[dict[str, Any]]:
-    """GPUs from `--query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits` (no minor yet)."""
-    gpus = []
-    for row in parse_csv(text):
-        index, uuid, name, total, used, driver, bus_id = row[0], row[1], ",".join(row[2:-4]), *row[-4:]
-        gpus.append(
-            {
-                "index": int(index),
-                "uuid": uuid,
-                "name": name,
-                "memory_total_mib": int(float(total)),
-                "memory_used_mib": int(float(used)),
-                "driver_version": driver,
-                "pci_bus_id": bus_id,
-            }
-        )
-    return gpus
-
-
-def proc_bus_id(bus_id: str) -> str:
-    """nvidia-smi's `00000000:18:00.0` as the kernel names it under /proc and /sys: `0000:18:00.0`."""
-    domain, bus, slot = bus_id.strip().lower().split(":")
-    return f"{int(domain, 16):04x}:{bus}:{slot}"
-
-
-def parse_proc_information(text: str) -> tuple[int | None, str | None]:
-    """(Device Minor, GPU UUID) of a /proc/driver/nvidia/gpus/<bus id>/information text."""
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    minor = fields.get("Device Minor", "").strip()
-    uuid = fields.get("GPU UUID", "").strip()
-    return (int(minor) if minor.isdigit() else None), (uuid or None)
-
-
-def proc_minor(gpu: dict[str, Any], root: str = PROC_GPUS) -> int | None:
-    """The GPU's device minor from the driver's /proc entry, when readable and about the same GPU."""
-    try:
-        with open(f"{root}/{proc_bus_id(gpu['pci_bus_id'])}/information", encoding="utf-8") as handle:
-            minor, uuid = parse_proc_information(handle.read())
-    except (OSError, ValueError, IndexError):
-        return None
-    return minor if uuid in (None, gpu["uuid"]) else None
-
-
-def parse_xml_minors(text: str) -> dict[str, int]:
-    """Device minor by GPU UUID, from `nvidia-smi -q -x` (`<gpu><uuid>` and `<gpu><minor_number>`)."""
-    minors: dict[str, int] = {}
-    for gpu in ElementTree.fromstring(text).iter("gpu"):
-        uuid, minor = gpu.findtext("uuid", "").strip(), gpu.findtext("minor_number", "").strip()
-        if uuid and minor.isdigit():
-            minors[uuid] = int(minor)
-    return minors
-
-
-def parse_apps(text: str, by_uuid: dict[str, int]) -> list[dict[str, Any]]:
-    """Compute processes from `--query-compute-apps=<APP_FIELDS> --format=csv,noheader,nounits`."""
-    apps = []
-    for row in parse_csv(text):
-        if len(row) < 4 or not row[0].isdigit():
-            continue
-        pid, uuid, used, name = row[0], row[1], row[2], ",".join(row[3:])
-        apps.append(
-            {
-                "pid": int(pid),
-                "gpu_index": by_uuid.get(uuid),
-                "used_mib": int(float(used)) if used.replace(".", "", 1).isdigit() else None,
-                "name": name,
-            }
-        )
-    return apps
-
-
-def device_nodes(dev: str = "/dev") -> dict[str, bool]:
-    """The NVIDIA control nodes (present or not) and every /dev/nvidia<N> that exists."""
-    nodes = {path: os.path.exists(dev + path[len("/dev") :]) for path in CONTROL_NODES}
-    try:
-        names = os.listdir(dev)
-    except OSError:
-        names = []
-    for name in sorted((n for n in names if re.fullmatch(r"nvidia\d+", n)), key=lambda n: int(n[6:])):
-        nodes[f"/dev/{name}"] = True
-    return nodes
-
-
-def unit_of(pid: int, proc: str = "/proc") -> str | None:
-    """The systemd service a process runs in, from its cgroup path (v1 or v2)."""
-    try:
-        with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        for part in reversed(line.rsplit(":", 1)[-1].split("/")):
-            if part.endswith(".service"):
-                return part
-    return None
-
-
-def process_name(pid: int, proc: str = "/proc") -> str:
-    try:
-        with open(f"{proc}/{pid}/comm", encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError:
-        return "?"
-
-
-def parse_listening(tables: list[str]) -> dict[int, int]:
-    """Socket inode by listening TCP port, from /proc/net/tcp and tcp6 texts."""
-    inodes: dict[int, int] = {}
-    for text in tables:
-        for line in text.splitlines()[1:]:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == TCP_LISTEN:
-                port = int(fields[1].rsplit(":", 1)[1], 16)
-                inodes.setdefault(port, int(fields[9]))
-    return inodes
-
-
-def socket_owners(proc: str = "/proc") -> dict[int, int]:
-    """PID by socket inode, from every process's open file descriptors."""
-    owners: dict[int, int] = {}
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
-        fd_dir = f"{proc}/{entry}/fd"
-        try:
-            descriptors = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for descriptor in descriptors:
-            try:
-                target = os.readlink(f"{fd_dir}/{descriptor}")
-            except OSError:
-                continue
-            match = re.fullmatch(r"socket:\[(\d+)\]", target)
-            if match:
-                owners.setdefault(int(match.group(1)), int(entry))
-    return owners
-
-
-def listening_ports(proc: str = "/proc") -> list[dict[str, Any]]:
-    tables = []
-    for name in ("tcp", "tcp6"):
-        try:
-            with open(f"{proc}/net/{name}", encoding="utf-8") as handle:
-                tables.append(handle.read())
-        except OSError:
-            continue
-    owners = socket_owners(proc)
-    result = []
-    for port, inode in sorted(parse_listening(tables).items()):
-        pid = owners.get(inode)
-        result.append(
-            {
-                "port": port,
-                "pid": pid,
-                "name": process_name(pid, proc) if pid else "?",
-                "unit": unit_of(pid, proc) if pid else None,
-            }
-        )
-    return result
-
-
 def memtotal_mb(proc: str = "/proc") -> int:
     with open(f"{proc}/meminfo", encoding="utf-8") as handle:
         for line in handle:
@@ -405,140 +214,6 @@ def glibc_version() -> str:
     except (ValueError, OSError, AttributeError):
         return ""
     return found.split()[-1] if found else ""
-
-
-def started(argv: list[str]) -> subprocess.Popen[str]:
-    """`argv` running in a session of its own (ended with whatever it starts: stop), its output piped."""
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def stop(call: subprocess.Popen[str]) -> None:
-    """Kill `call` and what it started, and reap it; pipes something outside its session still holds are closed, not
-    read."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(call.pid, signal.SIGKILL)
-    try:
-        call.communicate(timeout=5)
-    except subprocess.TimeoutExpired:
-        for pipe in (call.stdout, call.stderr):
-            if pipe is not None:
-                pipe.close()
-        call.wait()
-
-
-def answered(call: subprocess.Popen[str], timeout: float) -> tuple[str, str] | None:
-    """(stdout, stderr) of `call` once it exits within `timeout` seconds; else None, `call` and what it started stopped."""
-    try:
-        return call.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop(call)
-        return None
-
-
-class NvidiaSmi:
-    """Calls of nvidia-smi that run side by side: each starts when first named (start) and is read when its answer is
-    needed (answer); close ends those never read."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.calls: dict[tuple[str, ...], subprocess.Popen[str]] = {}
-        self.answers: dict[tuple[str, ...], tuple[str, str | None]] = {}
-
-    def start(self, *args: str) -> None:
-        if args in self.calls or args in self.answers:
-            return
-        try:
-            self.calls[args] = started([self.path, *args])
-        except OSError as error:
-            self.answers[args] = ("", f"{self.path}: {error}")
-
-    def answer(self, *args: str) -> tuple[str, str | None]:
-        """(stdout, error): error is None when nvidia-smi exited 0."""
-        self.start(*args)
-        if args in self.answers:
-            return self.answers[args]
-        call = self.calls.pop(args)
-        output = answered(call, TIMEOUT)
-        if output is None:
-            self.answers[args] = ("", f"{self.path}: no answer within {TIMEOUT} seconds")
-        elif call.returncode != 0:
-            self.answers[args] = (output[0], (output[1] or output[0]).strip() or f"{self.path} exited {call.returncode}")
-        else:
-            self.answers[args] = (output[0], None)
-        return self.answers[args]
-
-    def close(self) -> None:
-        while self.calls:
-            stop(self.calls.popitem()[1])
-
-
-def add_minors(gpus: list[dict[str, Any]], nvidia_smi: NvidiaSmi, proc_gpus: str = PROC_GPUS) -> str | None:
-    """Set each GPU's minor_number and device (/dev/nvidia<minor>): from /proc, else `nvidia-smi -q -x`.
-
-    Returns an error for GPUs whose minor neither source gives (their minor_number and device stay None).
-    """
-    xml_minors: dict[str, int] | None = None
-    xml_error = None
-    missing = []
-    for gpu in gpus:
-        minor = proc_minor(gpu, proc_gpus)
-        if minor is None and xml_minors is None:
-            text, xml_error = nvidia_smi.answer(*XML_QUERY)
-            try:
-                xml_minors = parse_xml_minors(text) if xml_error is None else {}
-            except ElementTree.ParseError as error:
-                xml_minors, xml_error = {}, f"cannot parse `{nvidia_smi.path} -q -x`: {error}"
-        if minor is None and xml_minors is not None:
-            minor = xml_minors.get(gpu["uuid"])
-        gpu["minor_number"] = minor
-        gpu["device"] = None if minor is None else f"/dev/nvidia{minor}"
-        if minor is None:
-            missing.append(f"GPU {gpu['index']} ({gpu['uuid']}, {gpu['pci_bus_id']})")
-    if not missing:
-        return None
-    return (
-        f"no device minor number for {', '.join(missing)}: not in {proc_gpus}/<bus id>/information"
-        f" nor in `{nvidia_smi.path} -q -x`" + (f" ({xml_error})" if xml_error else "")
-    )
-
-
-# The Pythons a venv could be built with: SGLang's wheels exist for 3.11-3.13.
-PYTHON_NAMES = ("python3", "python3.11", "python3.12", "python3.13")
-
-
-class PythonVersions:
-    """The version (major.minor) of each of `names` found on PATH, by its name and by its path, as it answers: all asked
-    at once when made, read by answers() (the Python running this module answers for itself); close ends those unread."""
-
-    def __init__(self, names: tuple[str, ...] = PYTHON_NAMES) -> None:
-        import shutil
-        import sys
-
-        self.found: dict[str, str] = {}
-        self.asked: dict[tuple[str, str], subprocess.Popen[str]] = {}  # (name, path): its answer
-        for name in names:
-            path = shutil.which(name)
-            if not path:
-                continue
-            if sys.executable and os.path.realpath(path) == os.path.realpath(sys.executable):
-                self.found[name] = self.found[path] = f"{sys.version_info.major}.{sys.version_info.minor}"
-                continue
-            try:
-                self.asked[name, path] = started([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-            except OSError:
-                continue
-
-    def answers(self) -> dict[str, str]:
-        while self.asked:
-            (name, path), call = self.asked.popitem()
-            output = answered(call, 30)
-            if output is not None and call.returncode == 0:
-                self.found[name] = self.found[path] = output[0].strip()
-        return self.found
-
-    def close(self) -> None:
-        while self.asked:
-            stop(self.asked.popitem()[1])
 
 
 class Gathering:
@@ -634,18 +309,9 @@ def main() -> None:
                 },
             },
             "group_models": {"type": "list", "elements": "path", "default": []},
-            "probe_ahead": {
-                "type": "dict",
-                "options": {"path": {"type": "path", "required": True}, "key": {"type": "str", "required": True, "no_log": True}},
-            },
         },
         supports_check_mode=True,
     )
-    ahead = module.params["probe_ahead"]
-    if ahead:  # its reads (most of its time is waiting on the commands it runs) beside the gathering below
-        from ansible_collections.sglang.fleet.plugins.module_utils.probe_ahead import AnswerAhead
-
-        answering = AnswerAhead(ahead["path"], ahead["key"])
     model = module.params["model"]
     result = {}
     if model is not None:
@@ -667,8 +333,6 @@ def main() -> None:
     with Gathering(module.params["nvidia_smi"]) as gathering:  # its calls run while Ansible's facts are gathered
         facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
         host = gathering.facts()
-    if ahead:
-        result["probe_ahead"] = answering.answer()
     module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": host}, **result)
 
 

@@ -7,7 +7,7 @@ import os
 import tempfile
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead
+from ansible_collections.sglang.fleet.plugins.module_utils.file_compare import compare_file
 from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import routers_differences
 
@@ -47,22 +47,6 @@ options:
       the workers) and answered in its C(routers) - by URL, what differs, empty when nothing does.
     type: dict
     default: {}
-  keep:
-    description: >-
-      With I(requests): keep them on the host for the next run's module sglang_host_facts, which makes the same
-      comparisons and reads in its own call when their signature checks out (module_utils/probe_ahead.py). Each file's
-      content is kept as its sha256, a router's key as it is; the file is readable by the user this module runs as
-      alone, and written in check mode too (a cache, like Ansible's own temporary files there; never a change).
-    type: dict
-    suboptions:
-      path:
-        description: Where.
-        type: path
-        required: true
-      signature:
-        description: The requests' HMAC (hex) under the control node's key, made by the action of the same name.
-        type: str
-        required: true
 author: sglang-fleet
 """
 
@@ -80,14 +64,6 @@ answers:
   returned: when I(requests) is given
   type: dict
 """
-
-
-def read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
 
 
 def write(path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
@@ -109,40 +85,20 @@ def apply(spec: dict[str, Any], check_mode: bool) -> tuple[bool, dict[str, str] 
     """Brings one file to its spec; returns whether it differed, and its diff when asked for and the content differs."""
     path, data = spec["path"], str(spec["content"]).encode()
     mode = int(str(spec["mode"]), 8)
-    current = read(path)
-    content_differs = current != data
-    try:
-        uid, gid = probe_ahead.account_ids(spec["owner"], spec["group"])
-    except KeyError:
-        if not check_mode:
-            raise
-        uid = gid = -1  # the account a real run creates first does not exist yet: the file will change
-    status = None if current is None else os.stat(path)
-    attributes_differ = status is not None and probe_ahead.attributes_differ(status, spec["owner"], spec["group"], mode)
-    if not check_mode:
-        if content_differs:
-            write(path, data, uid, gid, mode)
-        elif attributes_differ:
-            os.chown(path, uid, gid)
+    found = compare_file(path, data, spec["owner"], spec["group"], mode)
+    if not check_mode and found.differs:
+        if found.ids is None:
+            raise KeyError(f"no such account: {spec['owner']}:{spec['group']}")
+        if found.content_differs:
+            write(path, data, *found.ids, mode)
+        else:
+            os.chown(path, *found.ids)
             os.chmod(path, mode)
     diff = None
-    if spec.get("diff", True) and content_differs:
-        before = "" if current is None else current.decode(errors="replace")
+    if spec.get("diff", True) and found.content_differs:
+        before = "" if found.current is None else found.current.decode(errors="replace")
         diff = {"before_header": path, "after_header": path, "before": before, "after": data.decode()}
-    return content_differs or attributes_differ, diff
-
-
-def keep(path: str, kept: str) -> None:
-    """Writes `kept` (deploy's probe request, probe_ahead.kept_file) to `path`, readable by this user alone, unless it
-    holds it already; a cache, so a failure to write it only leaves the next run to ask the host twice."""
-    data = kept.encode()
-    try:
-        if read(path) == data:
-            return
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        write(path, data, os.geteuid(), os.getegid(), 0o600)
-    except OSError:
-        return
+    return found.differs, diff
 
 
 def handle(module: Any, files: list[dict[str, Any]], private: list[str], reads: dict[str, Any] | None) -> dict[str, Any]:
@@ -165,6 +121,11 @@ def handle(module: Any, files: list[dict[str, Any]], private: list[str], reads: 
     return {"changed_paths": changed_paths, "diff": diffs} | ({} if reads is None else {"read": probe(reads)})
 
 
+def with_keys(routers: list[dict[str, Any]], private: list[str]) -> list[dict[str, Any]]:
+    """Each router with its admin key in place of its index into the private contents."""
+    return [{**router, "api_key": private[int(router["api_key"])]} for router in routers]
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
@@ -175,13 +136,6 @@ def main() -> None:
             "private_contents": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "read": {"type": "dict"},
             "requests": {"type": "dict", "default": {}},
-            "keep": {
-                "type": "dict",
-                "options": {
-                    "path": {"type": "path", "required": True},
-                    "signature": {"type": "str", "required": True, "no_log": True},
-                },
-            },
         },
         supports_check_mode=True,
     )
@@ -191,15 +145,12 @@ def main() -> None:
         result["answers"] = {
             name: handle(module, list(request.get("files") or []), private, request.get("read"))
             | (
-                {"routers": routers_differences(probe_ahead.with_keys(request["routers"], private))}
+                {"routers": routers_differences(with_keys(request["routers"], private))}
                 if request.get("routers")
                 else {}
             )
             for name, request in requests.items()
         }
-        if kept_at := module.params["keep"]:
-            kept_text = probe_ahead.text(probe_ahead.hashed_request(requests, private))
-            keep(kept_at["path"], probe_ahead.kept_file(kept_text, kept_at["signature"]))
     changed = bool(result["changed_paths"]) or any(each["changed_paths"] for each in result.get("answers", {}).values())
     module.exit_json(changed=changed, **result)
 

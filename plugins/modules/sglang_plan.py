@@ -27,13 +27,6 @@ options:
     type: list
     elements: raw
     required: true
-  probe_ahead:
-    description: >-
-      Where on the host deploy's probe keeps its request (action sglang_instance_files' I(keep)): the module makes it in
-      the same call, signed with the control node's key (module sglang_host_facts' I(probe_ahead), without the key here).
-      Empty - none.
-    type: str
-    default: ""
 author: sglang-fleet
 """
 
@@ -63,9 +56,5 @@ model:
 ansible_facts:
   description: The module's facts - C(sglang_host) and Ansible's own of I(host_facts.gather_subset).
   returned: unless the module failed
-  type: dict
-probe_ahead:
-  description: The kept probe request's signature and answers, as module sglang_host_facts returns them.
-  returned: when I(probe_ahead) is given
   type: dict
 """

@@ -11,8 +11,8 @@ from fleet import ROOT, Run, http_status, on_host, overlay_inventory, run_playbo
 
 def test_a_second_sandbox_run_changes_nothing(sandbox: Run) -> None:
     """`make sandbox` again: the test hosts and the deploy both report no change; the deploy says so for each host and
-    ends there, after preflight's one call to it (the plan's, which made deploy's probe request kept by the run before:
-    the probe uses its answers), running none of the roles' steps."""
+    ends there, after preflight's two calls to it (the plan's gathering, then deploy's one probe of every role's
+    files and reads), running none of the roles' steps."""
     for playbook in ("playbooks/sandbox.yml", "deploy.yml"):
         again = run_playbook(playbook)
         assert again.rc == 0, again.failure_messages()
@@ -29,9 +29,7 @@ def test_a_second_sandbox_run_changes_nothing(sandbox: Run) -> None:
     ran = [event["event_data"]["task"] for event in again.events if event.get("event") in ("runner_on_ok", "runner_on_skipped")]
     assert ran[-2:] == ["Say what this deploy changes on each host"] * 2, "no task after it"
     calls = [data["task"] for data in again.results() if data["res"].get("invocation") and data["host"] == "b200"]
-    assert [task.split(",")[0] for task in calls] == ["Gather GPUs"], calls
-    probed = {data["host"]: data["res"] for data in again.results() if data["task"].startswith("Compare what every role")}
-    assert {host: result.get("answered_ahead") for host, result in probed.items()} == {"ct129": True, "b200": True}
+    assert [task.split(",")[0] for task in calls] == ["Gather GPUs", "Compare what every role would write with the host"], calls
 
 
 def test_changing_one_instance_restarts_that_instance_only(sandbox: Run, tmp_path: Path) -> None:
@@ -204,15 +202,32 @@ def test_a_verified_model_file_is_read_once_and_again_only_after_it_changes(sand
     assert again.rc == 0 and hashed(again) == [] and again.changed() == [], again.changed()
 
 
-def test_remove_takes_the_fleet_off_a_host_and_leaves_nothing_of_it(sandbox: Run) -> None:
+def test_remove_takes_the_fleet_off_a_host_and_leaves_nothing_of_it(sandbox: Run, tmp_path: Path) -> None:
     """playbooks/remove.yml on ct129: no sglang unit, file, account or group is left (the model and the test double's
     stand-in nvidia-smi are not the fleet's); b200 is untouched; the next deploy brings ct129 back."""
     b200_before = unit_starts("b200")
+    # What earlier releases kept: deploy's probe request on the host, caches and a key on the control node (under
+    # ANSIBLE_HOME, here a folder of the test's own; an entry that is not theirs, and a link, are left alone).
+    kept = "/root/.ansible/sglang.fleet/probe-request.json"
+    on_host("ct129", "sh", "-c", f"mkdir -p {Path(kept).parent} && echo '{{}}' > {kept}")
+    legacy = tmp_path / "ansible-home/sglang.fleet"
+    for entry in ("templates/ansible-2.19", "imports/ansible-2.19", "code/ansible-2.19"):
+        (legacy / entry).mkdir(parents=True)
+        (legacy / entry / "entry").write_text("kept\n")
+    (legacy / "probe-key").write_bytes(bytes(32))
+    (legacy / "other").write_text("not theirs\n")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "templates").mkdir(parents=True)
+    linked = tmp_path / "linked-home"
+    linked.mkdir()
+    (linked / "sglang.fleet").symlink_to(elsewhere)
     checked = run_playbook("playbooks/remove.yml", limit="ct129", cmdline="--check")
     assert checked.rc == 0, checked.failure_messages()
     assert "sglang-30000.service" in on_host("ct129", "systemctl", "list-units", "--no-legend", "sglang-30000.service")
-    removed = run_playbook("playbooks/remove.yml", limit="ct129")
+    assert sorted(path.name for path in legacy.iterdir()) == ["code", "imports", "other", "probe-key", "templates"]
+    removed = run_playbook("playbooks/remove.yml", limit="ct129", envvars={"ANSIBLE_HOME": str(legacy.parent)})
     try:
+        assert sorted(path.name for path in legacy.iterdir()) == ["other"], "the legacy caches and key, only them"
         assert removed.rc == 0, removed.failure_messages()
         # list-unit-files exits 1 when nothing matches.
         listing = "systemctl list-unit-files --no-legend 'sglang*'; systemctl list-units --all --no-legend 'sglang*'; true"
@@ -227,7 +242,8 @@ def test_remove_takes_the_fleet_off_a_host_and_leaves_nothing_of_it(sandbox: Run
         assert found.strip() == "", found
         assert on_host("ct129", "sh", "-c", "ls -A /root/.ansible/sglang.fleet 2>/dev/null; true").strip() == "", "kept probe"
         assert unit_starts("b200") == b200_before, "b200 was touched"
-        again = run_playbook("playbooks/remove.yml", limit="ct129")
+        again = run_playbook("playbooks/remove.yml", limit="ct129", envvars={"ANSIBLE_HOME": str(linked)})
+        assert (elsewhere / "templates").is_dir(), "a link to a folder elsewhere is not followed"
         assert again.rc == 0 and again.changed() == [], again.changed()
     finally:
         restored = run_playbook("deploy.yml", limit="ct129")

@@ -13,7 +13,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts
+from ansible_collections.sglang.fleet.plugins.module_utils import nvidia_smi as host_nvidia_smi
 
 from sglang_simulator.gpus import Inventory, load_inventory, visible_gpus
 
@@ -205,11 +205,11 @@ def test_queries_answer_like_the_recording(h200_env: Env) -> None:
         apps = smi(h200_env, "--query-compute-apps=pid,gpu_uuid,used_memory,process_name", "--format=csv")
         assert apps.stdout == header_csv.replace(str(TORCH_PID), str(pid), 1)
         bare_csv, code = recorded("compute-apps-with-torch.csv")
-        fields = f"--query-compute-apps={sglang_host_facts.APP_FIELDS}"
+        fields = f"--query-compute-apps={host_nvidia_smi.APP_FIELDS}"
         bare = smi(h200_env, fields, "--format=csv,noheader,nounits")
         assert (bare.stdout, bare.returncode) == (bare_csv.replace(str(TORCH_PID), str(pid), 1), code)
         gpus_csv, _ = recorded("query-gpu-with-torch.csv")
-        gpus = smi(h200_env, f"--query-gpu={sglang_host_facts.GPU_FIELDS}", "--format=csv,noheader,nounits")
+        gpus = smi(h200_env, f"--query-gpu={host_nvidia_smi.GPU_FIELDS}", "--format=csv,noheader,nounits")
         # The real driver also counts its own context (2575 MiB used for a 2566 MiB process).
         assert gpus.stdout == gpus_csv.replace(", 2575,", f", {TORCH_MIB},")
 
@@ -267,7 +267,7 @@ def test_xml_follows_the_recorded_structure(h200_env: Env, recording: str) -> No
     assert [p for p in real_paths if p in ours] == ours  # nothing invented, the real element order
     # Same lines for those elements: declaration, DOCTYPE, tabs, empty elements, the blank line after </gpu>.
     assert skeleton(out.stdout, set(ours)) == skeleton(real, set(ours))
-    assert sglang_host_facts.parse_xml_minors(out.stdout) == {H200_UUID: 0}
+    assert host_nvidia_smi.parse_xml_minors(out.stdout) == {H200_UUID: 0}
 
 
 @contextmanager

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible._internal._templating import _template_vars
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar, generate_ansible_template_vars, trust_as_template
 from ansible_collections.sglang.fleet.plugins.action.sglang_instance_files import OVERRIDES
 from fleet import ROOT
 
@@ -71,9 +70,7 @@ def render_as_the_playbook(src: str, dest: Path, **variables: Any) -> Path:
     loader = DataLoader()
     source = ROOT / "templates" / src
     playbook_vars = loader.load_from_file(str(PLAYBOOK))[0]["vars"]
-    template_vars = _template_vars.generate_ansible_template_vars(
-        path=src, fullpath=str(source), dest_path=str(dest), include_ansible_managed=True
-    )
+    template_vars = generate_ansible_template_vars(path=src, fullpath=str(source), dest_path=str(dest))
     templar = Templar(loader=loader, variables={**playbook_vars, **variables, **template_vars})
     text = templar.template(trust_as_template(source.read_text()), escape_backslashes=False, overrides=OVERRIDES)
     dest.write_text(str(text))

@@ -6,11 +6,16 @@ import json
 import os
 import re
 import subprocess
+import sys
+import sysconfig
+from pathlib import Path
 
 import yaml
 from fleet import ROOT
 
-SITE = next((ROOT / ".venv/lib").glob("python*/site-packages/ansible_collections"))
+# The collections and the commands of the ansible-core the tests run under (.venv's, or .venv-newest's: make unit-newest).
+SITE = Path(sysconfig.get_paths()["purelib"]) / "ansible_collections"
+BIN = Path(sys.executable).parent
 
 
 def used_collections() -> set[str]:
@@ -48,7 +53,7 @@ def test_every_plugin_of_the_collection_documents_itself_as_ansible_doc_reads_it
     for kind, folder in (("module", "modules"), ("lookup", "lookup"), ("callback", "callback")):
         names = sorted(path.stem for path in (ROOT / "plugins" / folder).glob("*.py") if not path.stem.startswith("_"))
         shown = subprocess.run(
-            [str(ROOT / ".venv/bin/ansible-doc"), "--json", "-t", kind, *(f"sglang.fleet.{name}" for name in names)],
+            [str(BIN / "ansible-doc"), "--json", "-t", kind, *(f"sglang.fleet.{name}" for name in names)],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -68,7 +73,7 @@ def test_the_model_lock_file_beside_the_hosts_is_no_inventory_source() -> None:
     """ansible.cfg ignores <inventory_dir>/model-lock.yml as an inventory source: read as one, its `models` key became an
     empty group and a warning on every run."""
     listed = subprocess.run(
-        [str(ROOT / ".venv/bin/ansible-inventory"), "-i", "inventory/sandbox", "--list"],
+        [str(BIN / "ansible-inventory"), "-i", "inventory/sandbox", "--list"],
         cwd=ROOT,
         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
         capture_output=True,

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from ansible_collections.sglang.fleet.plugins.module_utils import nvidia_smi, port_units, pythons
 from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts as module
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "h200-driver-580.159.04"
@@ -39,8 +40,8 @@ def fake_nvidia_smi(tmp_path: Path, *, xml: str | None = "nvidia-smi-q-with-torc
     script.write_text(
         "#!/bin/sh\n"
         'case "$*" in\n'
-        f'  "--query-gpu={module.GPU_FIELDS} --format=csv,noheader,nounits") cat "{RECORDING}/query-gpu-with-torch.csv";;\n'
-        f'  "--query-compute-apps={module.APP_FIELDS} --format=csv,noheader,nounits")'
+        f'  "--query-gpu={nvidia_smi.GPU_FIELDS} --format=csv,noheader,nounits") cat "{RECORDING}/query-gpu-with-torch.csv";;\n'
+        f'  "--query-compute-apps={nvidia_smi.APP_FIELDS} --format=csv,noheader,nounits")'
         f' head -n 1 "{RECORDING}/compute-apps-with-torch.csv";;\n'
         f'  "-q -x") {xml_branch};;\n'
         f"  *) {refuse};;\n"
@@ -63,13 +64,13 @@ def proc_entry(root: Path, bus: str, minor: int, uuid: str = H200_UUID) -> None:
 
 def test_queried_fields_are_all_in_the_recorded_help() -> None:
     gpu_fields = help_fields("help-query-gpu.txt")
-    assert set(module.GPU_FIELDS.split(",")) <= gpu_fields
+    assert set(nvidia_smi.GPU_FIELDS.split(",")) <= gpu_fields
     assert "minor_number" not in gpu_fields  # what broke preflight on the first real GPU
-    assert set(module.APP_FIELDS.split(",")) <= help_fields("help-query-compute-apps.txt")
+    assert set(nvidia_smi.APP_FIELDS.split(",")) <= help_fields("help-query-compute-apps.txt")
 
 
 def test_parse_gpus_reads_the_recorded_query() -> None:
-    assert module.parse_gpus(recorded("query-gpu-with-torch.csv")) == [
+    assert nvidia_smi.parse_gpus(recorded("query-gpu-with-torch.csv")) == [
         {
             "index": 0,
             "uuid": H200_UUID,
@@ -83,52 +84,53 @@ def test_parse_gpus_reads_the_recorded_query() -> None:
 
 
 def test_parse_xml_minors_reads_the_recordings() -> None:
-    assert module.parse_xml_minors(recorded("nvidia-smi-q-with-torch.xml")) == {H200_UUID: 0}
-    assert module.parse_xml_minors(recorded("nvidia-smi-q.xml")) == {"GPU-16a29f6b-5412-7158-14a5-922c67e47101": 0}
+    assert nvidia_smi.parse_xml_minors(recorded("nvidia-smi-q-with-torch.xml")) == {H200_UUID: 0}
+    assert nvidia_smi.parse_xml_minors(recorded("nvidia-smi-q.xml")) == {"GPU-16a29f6b-5412-7158-14a5-922c67e47101": 0}
 
 
 def test_parse_apps_reads_the_recording() -> None:
-    assert module.parse_apps(recorded("compute-apps-with-torch.csv"), {H200_UUID: 0}) == [
+    assert nvidia_smi.parse_apps(recorded("compute-apps-with-torch.csv"), {H200_UUID: 0}) == [
         {"pid": 431, "gpu_index": 0, "used_mib": 2566, "name": "python3"}
     ]
-    assert module.parse_apps("", {}) == []
+    assert nvidia_smi.parse_apps("", {}) == []
 
 
 def test_proc_bus_id_is_the_kernels_spelling() -> None:
-    assert module.proc_bus_id(H200_BUS) == "0000:00:06.0"
-    assert module.proc_bus_id("00000000:1A:00.0") == "0000:1a:00.0"
-    assert module.proc_bus_id("00000001:9B:00.0") == "0001:9b:00.0"
+    assert nvidia_smi.proc_bus_id(H200_BUS) == "0000:00:06.0"
+    assert nvidia_smi.proc_bus_id("00000000:1A:00.0") == "0000:1a:00.0"
+    assert nvidia_smi.proc_bus_id("00000001:9B:00.0") == "0001:9b:00.0"
 
 
 def test_parse_proc_information() -> None:
     text = f"Model: \t\t NVIDIA H200\nGPU UUID: \t {H200_UUID}\nDevice Minor: \t 3\n"
-    assert module.parse_proc_information(text) == (3, H200_UUID)
-    assert module.parse_proc_information("Model: \t\t NVIDIA H200\n") == (None, None)
+    assert nvidia_smi.parse_proc_information(text) == (3, H200_UUID)
+    assert nvidia_smi.parse_proc_information("Model: \t\t NVIDIA H200\n") == (None, None)
 
 
 def test_minor_from_proc_needs_no_nvidia_smi(tmp_path: Path) -> None:
     proc_entry(tmp_path / "gpus", "0000:00:06.0", 3)
-    gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
-    assert module.add_minors(gpus, module.NvidiaSmi(str(tmp_path / "no-nvidia-smi")), str(tmp_path / "gpus")) is None
+    gpus = nvidia_smi.parse_gpus(recorded("query-gpu-with-torch.csv"))
+    assert nvidia_smi.add_minors(gpus, nvidia_smi.NvidiaSmi(str(tmp_path / "no-nvidia-smi")), str(tmp_path / "gpus")) is None
     assert (gpus[0]["minor_number"], gpus[0]["device"]) == (3, "/dev/nvidia3")
 
 
 def test_minor_falls_back_to_the_xml(tmp_path: Path) -> None:
     proc_entry(tmp_path / "gpus", "0000:00:06.0", 3, uuid="GPU-another")  # about another GPU: not trusted
-    gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
-    assert module.add_minors(gpus, module.NvidiaSmi(fake_nvidia_smi(tmp_path)), str(tmp_path / "gpus")) is None
+    gpus = nvidia_smi.parse_gpus(recorded("query-gpu-with-torch.csv"))
+    assert nvidia_smi.add_minors(gpus, nvidia_smi.NvidiaSmi(fake_nvidia_smi(tmp_path)), str(tmp_path / "gpus")) is None
     assert (gpus[0]["minor_number"], gpus[0]["device"]) == (0, "/dev/nvidia0")
 
 
 def test_a_gpu_without_minor_is_an_error_not_its_index(tmp_path: Path) -> None:
-    gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
-    error = module.add_minors(gpus, module.NvidiaSmi(fake_nvidia_smi(tmp_path, xml=None)), str(tmp_path / "gpus"))
+    gpus = nvidia_smi.parse_gpus(recorded("query-gpu-with-torch.csv"))
+    error = nvidia_smi.add_minors(gpus, nvidia_smi.NvidiaSmi(fake_nvidia_smi(tmp_path, xml=None)), str(tmp_path / "gpus"))
     assert error is not None
     assert f"GPU 0 ({H200_UUID}, {H200_BUS})" in error and "No devices were found" in error
     assert (gpus[0]["minor_number"], gpus[0]["device"]) == (None, None)
     # An XML about other GPUs (nvidia-smi-q.xml is another machine) gives no minor either.
-    gpus = module.parse_gpus(recorded("query-gpu-with-torch.csv"))
-    assert module.add_minors(gpus, module.NvidiaSmi(fake_nvidia_smi(tmp_path, xml="nvidia-smi-q.xml")), str(tmp_path / "gpus"))
+    gpus = nvidia_smi.parse_gpus(recorded("query-gpu-with-torch.csv"))
+    other_machine = nvidia_smi.NvidiaSmi(fake_nvidia_smi(tmp_path, xml="nvidia-smi-q.xml"))
+    assert nvidia_smi.add_minors(gpus, other_machine, str(tmp_path / "gpus"))
     assert gpus[0]["minor_number"] is None
 
 
@@ -136,14 +138,14 @@ def test_device_nodes(tmp_path: Path) -> None:
     for name in ("nvidiactl", "nvidia-uvm", "nvidia10", "nvidia2", "nvidia-modeset", "nvidia0x"):
         (tmp_path / name).touch()
     (tmp_path / "nvidia-caps").mkdir()
-    assert module.device_nodes(str(tmp_path)) == {
+    assert nvidia_smi.device_nodes(str(tmp_path)) == {
         "/dev/nvidiactl": True,
         "/dev/nvidia-uvm": True,
         "/dev/nvidia-uvm-tools": False,
         "/dev/nvidia2": True,
         "/dev/nvidia10": True,
     }
-    assert module.device_nodes(str(tmp_path / "missing")) == dict.fromkeys(module.CONTROL_NODES, False)
+    assert nvidia_smi.device_nodes(str(tmp_path / "missing")) == dict.fromkeys(nvidia_smi.CONTROL_NODES, False)
 
 
 def test_gather_replays_the_recorded_host(tmp_path: Path) -> None:
@@ -186,7 +188,7 @@ def test_parse_listening_keeps_listen_sockets_only() -> None:
         "   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n"
         "   1: 0100007F:7531 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 222 1\n"
     )
-    assert module.parse_listening([tcp]) == {30000: 111}
+    assert port_units.parse_listening([tcp]) == {30000: 111}
 
 
 def test_unit_of_reads_the_service_from_the_cgroup(tmp_path: Path) -> None:
@@ -194,9 +196,9 @@ def test_unit_of_reads_the_service_from_the_cgroup(tmp_path: Path) -> None:
     (tmp_path / "42" / "cgroup").write_text("0::/system.slice/sglang-30003.service\n")
     (tmp_path / "43").mkdir()
     (tmp_path / "43" / "cgroup").write_text("1:name=systemd:/user.slice/session-1.scope\n")
-    assert module.unit_of(42, str(tmp_path)) == "sglang-30003.service"
-    assert module.unit_of(43, str(tmp_path)) is None
-    assert module.unit_of(44, str(tmp_path)) is None
+    assert port_units.unit_of(42, str(tmp_path)) == "sglang-30003.service"
+    assert port_units.unit_of(43, str(tmp_path)) is None
+    assert port_units.unit_of(44, str(tmp_path)) is None
 
 
 FLEET_RUN = Path(__file__).resolve().parents[1] / "recordings" / "sglang-0.5.17-h200-fleet"
@@ -208,7 +210,7 @@ def test_the_module_ran_on_the_real_h200_and_its_parse_replays(tmp_path: Path) -
         " ".join(json.loads((FLEET_RUN / "nvidia_smi" / f"{name}.json").read_text())["argv"][1:]): name
         for name in ("query-gpu", "q-x", "compute-apps.idle", "unknown-field.minor_number")
     }
-    assert f"--query-gpu={module.GPU_FIELDS} --format=csv,noheader,nounits" in answers, "the query that ran is today's"
+    assert f"--query-gpu={nvidia_smi.GPU_FIELDS} --format=csv,noheader,nounits" in answers, "the query that ran is today's"
     script = tmp_path / "nvidia-smi"
     cases = "".join(
         f'  "{args}") {sys.executable} -c "import json,sys; r=json.load(open(sys.argv[1])); '
@@ -240,7 +242,7 @@ def test_python_versions_are_asked_of_each_python_on_path_by_name_and_path(tmp_p
     broken.write_text("#!/bin/sh\nexit 1\n")
     broken.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert module.PythonVersions().answers() == {
+    assert pythons.PythonVersions().answers() == {
         "python3": "3.11",
         str(tmp_path / "python3"): "3.11",
         "python3.12": "3.12",
@@ -254,7 +256,7 @@ def test_the_python_running_the_module_answers_for_itself(tmp_path: Path, monkey
     asked = []
     monkeypatch.setattr(subprocess, "Popen", lambda argv, **_: asked.append(argv))
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert module.PythonVersions().answers() == {"python3.13": running, str(tmp_path / "python3.13"): running}
+    assert pythons.PythonVersions().answers() == {"python3.13": running, str(tmp_path / "python3.13"): running}
     assert asked == []
 
 
@@ -318,16 +320,16 @@ def test_the_nvidia_smi_calls_run_side_by_side(tmp_path: Path) -> None:
 def test_a_refused_gpu_query_ends_the_other_calls_and_what_they_started(tmp_path: Path) -> None:
     facts = module.gather(waiting_nvidia_smi(tmp_path, refuse_gpus=True), str(tmp_path / "no-proc"), str(tmp_path))
     assert facts["gpu_error"] == 'Field "bogus_field" is not a valid field to query.'
-    for call in ("--query-compute-apps=" + module.APP_FIELDS, "-q"):
+    for call in ("--query-compute-apps=" + nvidia_smi.APP_FIELDS, "-q"):
         assert gone(tmp_path / "calls" / call), f"{call} left running on the host"
         assert gone(tmp_path / "calls" / f"{call}.child"), f"what {call} started left running on the host"
 
 
 def test_a_gpu_query_without_answer_is_an_error_and_ends(tmp_path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(module, "TIMEOUT", 1)
+    monkeypatch.setattr(nvidia_smi, "TIMEOUT", 1)
     facts = module.gather(waiting_nvidia_smi(tmp_path, hang_gpus=True), str(tmp_path / "no-proc"), str(tmp_path))
     assert facts["gpu_error"] == f"{tmp_path / 'nvidia-smi'}: no answer within 1 seconds"
-    call = "--query-gpu=" + module.GPU_FIELDS
+    call = "--query-gpu=" + nvidia_smi.GPU_FIELDS
     assert gone(tmp_path / "calls" / call) and gone(tmp_path / "calls" / f"{call}.child")
 
 
@@ -378,7 +380,6 @@ def test_the_calls_start_before_the_rest_is_read_and_answer_after(tmp_path: Path
                 "tokenizer_paths": [],
             },
             "group_models": [],
-            "probe_ahead": None,
         },
         exit_json=lambda **result: seen.update(result),
     )
@@ -386,7 +387,7 @@ def test_the_calls_start_before_the_rest_is_read_and_answer_after(tmp_path: Path
     module.main()
     assert seen["started while the model was read"] == [], "no call started before the model directory was read"
     assert seen["running while facts were gathered"] == sorted(
-        ["--query-gpu=" + module.GPU_FIELDS, "--query-compute-apps=" + module.APP_FIELDS, "-q"]
+        ["--query-gpu=" + nvidia_smi.GPU_FIELDS, "--query-compute-apps=" + nvidia_smi.APP_FIELDS, "-q"]
     ), "each nvidia-smi call started before Ansible's facts"
     assert seen["python unanswered"], "and the Python asked before, its answer read after"
     host = seen["ansible_facts"]["sglang_host"]
@@ -400,11 +401,11 @@ def test_calls_left_unread_are_ended_with_what_they_started(tmp_path: Path, monk
     slow_python(tmp_path, monkeypatch, seconds=60)
     with pytest.raises(RuntimeError), module.Gathering(waiting_nvidia_smi(tmp_path, hang_gpus=True), str(tmp_path / "no-proc")):
         for _ in range(50):
-            if (tmp_path / "calls" / ("--query-gpu=" + module.GPU_FIELDS + ".child")).exists():
+            if (tmp_path / "calls" / ("--query-gpu=" + nvidia_smi.GPU_FIELDS + ".child")).exists():
                 break
             time.sleep(0.1)
         raise RuntimeError("the model directory could not be read")
-    call = "--query-gpu=" + module.GPU_FIELDS
+    call = "--query-gpu=" + nvidia_smi.GPU_FIELDS
     assert gone(tmp_path / "calls" / call) and gone(tmp_path / "calls" / f"{call}.child")
     assert gone(tmp_path / "asked-python"), "the Python asked is ended too"
 

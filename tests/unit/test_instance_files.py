@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from ansible_collections.sglang.fleet.plugins.module_utils.file_compare import compare_file
 from ansible_collections.sglang.fleet.plugins.modules import sglang_instance_files as module
 
 OWNER, GROUP = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
@@ -70,7 +71,6 @@ def test_deploys_probe_answers_each_request_under_its_name_and_writes_nothing(tm
             "files": [],
             "read": None,
             "private_contents": ['{"api_key": "sk-1"}\n'],
-            "keep": None,
             "requests": {
                 "sglang_server": {"files": [spec(unit, "[Unit]\n")], "read": {"globs": [str(tmp_path / "*.service")]}},
                 "sglang_router": {"files": [{**spec(keys, ""), "content": None, "private": 0}]},
@@ -85,3 +85,32 @@ def test_deploys_probe_answers_each_request_under_its_name_and_writes_nothing(tm
     assert server["changed_paths"] == [str(unit)] and server["read"]["found"] == {str(tmp_path / "*.service"): [str(unit)]}
     assert router["changed_paths"] == [] and "read" not in router, "the same private content: no change, nothing read"
     assert answers["changed"] is True and unit.read_text() == "hand edit\n", "check mode: reported, not written"
+
+
+def test_an_account_that_does_not_exist_yet_is_a_change_in_check_mode_and_an_error_in_a_real_run(tmp_path: Path) -> None:
+    """Check mode before the role creates its account: the file will change (its owner too, where it exists); a real
+    run never writes a file for an owner that does not exist."""
+    target = tmp_path / "sglang-30000.env"
+    module.apply(spec(target, "A=1\n"), check_mode=False)
+    absent = {**spec(target, "A=1\n"), "owner": "sglang-fleet-no-such-user"}
+    found = compare_file(str(target), b"A=1\n", absent["owner"], GROUP, 0o640)
+    assert (found.content_differs, found.attributes_differ, found.ids) == (False, True, None)
+    assert module.apply(absent, check_mode=True) == (True, None)
+    with pytest.raises(KeyError, match="sglang-fleet-no-such-user"):
+        module.apply(absent, check_mode=False)
+    new = tmp_path / "sglang-30001.env"
+    found = compare_file(str(new), b"A=1\n", absent["owner"], GROUP, 0o640)
+    assert (found.current, found.content_differs, found.attributes_differ) == (None, True, False)
+    assert module.apply({**absent, "path": str(new)}, check_mode=True) == (True, {
+        "before_header": str(new), "after_header": str(new), "before": "", "after": "A=1\n"
+    })  # fmt: skip
+    assert not new.exists()
+
+
+def test_the_owner_or_group_alone_differing_is_a_change(tmp_path: Path) -> None:
+    target = tmp_path / "sglang-30000.env"
+    module.apply(spec(target, "A=1\n"), check_mode=False)
+    other_group = next(group.gr_name for group in grp.getgrall() if group.gr_gid != os.getgid())
+    found = compare_file(str(target), b"A=1\n", OWNER, other_group, 0o640)
+    assert (found.content_differs, found.attributes_differ) == (False, True)
+    assert not compare_file(str(target), b"A=1\n", OWNER, GROUP, 0o640).differs

@@ -5,13 +5,11 @@ asks for them, and a task's start freezes the controller's objects before its wo
 from __future__ import annotations
 
 import gc
-import importlib
 import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from ansible_collections.sglang.fleet.plugins.callback.prefork import CallbackModule
@@ -107,6 +105,7 @@ def test_the_play_s_connections_are_those_its_hosts_and_the_play_name(tmp_path: 
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.playbook.play import Play
+    from ansible.vars.hostvars import HostVars
     from ansible.vars.manager import VariableManager
     from ansible_collections.sglang.fleet.plugins.callback.prefork import connection_names
 
@@ -123,6 +122,7 @@ def test_the_play_s_connections_are_those_its_hosts_and_the_play_name(tmp_path: 
     loader = DataLoader()
     inventory = InventoryManager(loader=loader, sources=[str(tmp_path / "hosts.yml")])
     manager = VariableManager(loader=loader, inventory=inventory)
+    HostVars(inventory=inventory, variable_manager=manager, loader=loader)  # as Ansible's task queue makes them
     play = Play.load({"hosts": "servers", "tasks": []}, variable_manager=manager, loader=loader)
     assert connection_names(play) == {"ssh", "community.docker.docker", "local"}
     play = Play.load({"hosts": "others", "connection": "local", "tasks": []}, variable_manager=manager, loader=loader)
@@ -148,29 +148,21 @@ def test_a_task_or_handler_start_freezes_the_objects_its_workers_inherit() -> No
     assert gc.get_freeze_count() >= frozen + len(made_after)
 
 
-def ansible_s_own(cache: str) -> list[tuple[Any, str]]:
-    """What each of the callback's caches replaces in Ansible (the owner and the name of each attribute)."""
-    from ansible._internal._templating._jinja_bits import AnsibleEnvironment
-    from ansible.executor import module_common
-    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionPkgLoaderBase
+def test_anything_missing_is_a_warning_and_the_step_is_left_to_ansible(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A play without the variable manager it expects, a connection plugin that does not exist, no gc.freeze: each
+    only warns, and the play goes on as without the callback."""
+    from types import SimpleNamespace
 
-    return {
-        "code_cache": [(_AnsibleCollectionPkgLoaderBase, "get_code")],
-        "template_cache": [(AnsibleEnvironment, "compile")],
-        "import_cache": [(module_common, "_compile_module_ast"), (module_common.ModuleDepFinder, "__init__")],
-    }[cache]
+    from ansible_collections.sglang.fleet.plugins.callback import prefork
 
-
-@pytest.mark.parametrize("cache", ["code_cache", "template_cache", "import_cache"])
-def test_a_cache_installed_again_moves_and_uninstalled_gives_ansible_its_own_back(cache: str, tmp_path: Path) -> None:
-    module = importlib.import_module(f"ansible_collections.sglang.fleet.plugins.plugin_utils.{cache}")
-    replaced = ansible_s_own(cache)
-    originals = [getattr(owner, name) for owner, name in replaced]
-    try:
-        module.install(tmp_path / "a")
-        folder = module.install(tmp_path / "b")
-        assert folder.parent == tmp_path / "b"
-        assert all(getattr(owner, name).uncached is original for (owner, name), original in zip(replaced, originals, strict=True))
-    finally:
-        module.uninstall()
-    assert all(getattr(owner, name) is original for (owner, name), original in zip(replaced, originals, strict=True))
+    warned: list[str] = []
+    monkeypatch.setattr(prefork.display, "warning", warned.append)
+    monkeypatch.setattr(prefork, "preload", lambda: [])
+    play = SimpleNamespace(connection="no.such.connection", get_variable_manager=lambda: None)
+    CallbackModule().v2_playbook_on_play_start(play)
+    assert len(warned) == 1 and warned[0].startswith("sglang.fleet.prefork: the play's connection plugins not prepared")
+    prefork.load_ansible_plugins({"sglang.fleet.no_such_connection"})
+    assert warned[1:] == ["sglang.fleet.prefork: sglang.fleet.no_such_connection not prepared: not found"]
+    monkeypatch.delattr(gc, "freeze")
+    CallbackModule().v2_playbook_on_task_start(None, False)
+    assert warned[2].startswith("sglang.fleet.prefork: gc.freeze not prepared:"), warned

@@ -1,0 +1,56 @@
+"""Action sglang_instance_files renders a template byte for byte as ansible.builtin.template does (its template
+variables from Ansible's public generate_ansible_template_vars; an ansible_managed the user set is kept, as the template
+action keeps it). Run through ansible-playbook on this machine (local connection)."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+import yaml
+from fleet import local_play
+
+OWNER, GROUP = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_gid
+TEMPLATE = """{{ ansible_managed | comment }}
+# {{ template_path }} -> {{ template_destpath }}, by {{ template_uid }}
+{% for name in names %}
+{{ name | upper }}
+{% endfor %}
+  kept:   {{ extra }}
+"""
+
+
+@pytest.mark.parametrize("managed", [None, "Written by sglang-fleet"])
+def test_a_template_is_rendered_as_the_template_action_renders_it(tmp_path: Path, managed: str | None) -> None:
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates/unit.j2").write_text(TEMPLATE)
+    attributes = {"owner": OWNER, "group": grp.getgrgid(GROUP).gr_name, "mode": "0640"}
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": {"names": ["a", "b"], "extra": "x"} | ({"ansible_managed": managed} if managed else {}),
+            "tasks": [
+                {"ansible.builtin.template": {"src": "unit.j2", "dest": str(tmp_path / "by-template"), **attributes}},
+                {
+                    "sglang.fleet.sglang_instance_files": {
+                        "files": [{"src": "unit.j2", "dest": str(tmp_path / "by-action"), "template": True, **attributes}]
+                    },
+                    "register": "written",
+                },
+                {"ansible.builtin.copy": {"dest": str(tmp_path / "written.yml"), "content": "{{ written | to_yaml }}"}},
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    run = local_play(tmp_path / "play.yml")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    by_action = (tmp_path / "by-action").read_text()
+    by_action = by_action.replace(str(tmp_path / "by-action"), str(tmp_path / "by-template"))  # template_destpath
+    assert by_action == (tmp_path / "by-template").read_text()
+    assert ("Written by sglang-fleet" in by_action) == bool(managed), by_action
+    assert "A\nB\n" in by_action and f"unit.j2 -> {tmp_path / 'by-template'}, by {OWNER}" in by_action
+    assert yaml.safe_load((tmp_path / "written.yml").read_text())["changed_paths"] == [str(tmp_path / "by-action")]
