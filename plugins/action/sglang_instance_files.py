@@ -18,7 +18,7 @@ from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
-from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead
+from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead, role_decisions
 from ansible_collections.sglang.fleet.plugins.plugin_utils import probe_key
 
 ENCODER = get_module_encoder("legacy", Direction.CONTROLLER_TO_MODULE)
@@ -37,7 +37,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     by, default sglang_server_instance); `read`, what to read on the host in the same call (the module's option).
     Or `requests`: several of those (each with `role_path`, the role whose templates/ and files/ its `src` names), by
     name, all handled in the one call and answered in `answers` under their names (deploy's probe); a request's
-    `routers` (the module's option; each `api_key` travels as a private content) are compared there too. With
+    `routers` (the module's option; each `api_key` travels as a private content) are compared there too. A request's
+    `decide` (settings, never sent to the host) makes its role's decision from its answer (module_utils/role_decisions.py),
+    returned in the answer's `decision`; `changes` is every role's changes, in the requests' order. With
     `requests`, `keep` (where: the module's option, with the requests' signature under the control node's key) keeps
     them on the host for the next run's gathering, and `ahead` is what that gathering answered for the request it found
     kept and signed (module_utils/probe_ahead.py): used instead of a call to the host when it carries this very
@@ -153,6 +155,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             answer["changed_instances"] = changed_instances(answer, collected[name][1])
             if not self._task.diff:
                 answer.pop("diff", None)
+        if requests and not module_result.get("failed"):
+            decide(result, requests)
         if not self._task.diff:
             result.pop("diff", None)
         return result
@@ -182,6 +186,18 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         answers: dict[str, Any] = remove_values(ahead["answers"], set(private_contents))
         changed = any(answer["changed_paths"] for answer in answers.values())
         return {"changed": changed, "changed_paths": [], "diff": [], "answers": answers, "answered_ahead": True}
+
+
+def decide(result: dict[str, Any], requests: dict[str, Any]) -> None:
+    """Each request's role decision (module_utils/role_decisions.py), from its `decide` settings and its answer, in its
+    answer's `decision`; and `changes`, every role's changes in the requests' order: what deploy prints and ends on."""
+    result["changes"] = []
+    for name, request in requests.items():
+        if request.get("decide") is None:
+            continue
+        answer = result.setdefault("answers", {}).setdefault(name, {})
+        answer["decision"] = role_decisions.decide(name, request["decide"], answer)
+        result["changes"] += answer["decision"]["changes"]
 
 
 def changed_instances(answer: dict[str, Any], owner_of: dict[str, str]) -> list[str]:
