@@ -187,3 +187,28 @@ def test_the_probe_returns_every_role_s_decision_and_their_changes_in_the_reques
     sglang_instance_files.decide(result, requests)
     assert result["changes"] == ["/v.json: 1 file(s) verified to record", "/c"]
     assert result["answers"]["cuda"]["decision"] == {"changes": ["/c"]} and "other" not in result["answers"]
+
+
+def test_the_router_request_is_built_from_the_processes_once() -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_router_request
+
+    router = {"kind": "router", "enabled": True, "unit": "sglang-router.service", "url": "http://127.0.0.1:8000",
+              "keys_file": "/s/router.json", "workers_file": "/h/router-workers.json", "displaced": [], "by_model": True,
+              "workers": ["http://w"], "keep": [], "models": {"http://w": "m"}}  # fmt: skip
+    gateway = {**router, "kind": "gateway", "enabled": False, "unit": "sglang-gateway.service", "keys_file": "/s/gateway.json",
+               "workers_file": "/h/gateway-workers.json", "by_model": False}  # fmt: skip
+    settings = {
+        "role_path": "/roles/sglang_router", "api_key": "sk-client", "admin_keys": {"router": "sk-admin"},
+        "service": {"user": "sglang", "group": "sglang"}, "launcher_files": [{"src": "sglang_router_launcher.py", "dest": "/l"}],
+        "vocabulary": {"dest": "/v", "sha256": "abc"}, "legacy_files": ["/s/router.env"], "write": True, "ask": True,
+    }  # fmt: skip
+    request = sglang_router_request([router, gateway], settings)
+    assert [file["dest"] for file in request["files"]] == ["/l", "/etc/systemd/system/sglang-router.service", "/s/router.json"]
+    units = ["/etc/systemd/system/sglang-router.service", "/etc/systemd/system/sglang-gateway.service"]
+    assert request["read"]["globs"] == ["/s/gateway.json", "/h/gateway-workers.json", "/s/router.env", *units]
+    assert request["read"]["units"] == ["sglang-router.service", "sglang-gateway.service"]
+    assert [path["path"] for path in request["read"]["paths"]] == ["/v"], "a router in front of several models"
+    assert [(r["url"], r["api_key"]) for r in request["routers"]] == [("http://127.0.0.1:8000", "sk-admin")]
+    assert request["decide"]["legacy_files"] == ["/s/router.env"] and len(request["decide"]["processes"]) == 2
+    quiet = sglang_router_request([router, gateway], {**settings, "write": False, "ask": False})
+    assert quiet["files"] == [] and quiet["routers"] == [], "a host with a problem: nothing rendered, no router asked"
