@@ -13,6 +13,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.template import generate_ansible_template_vars, trust_as_template
+from ansible_collections.sglang.fleet.plugins.module_utils import role_decisions
 
 # The template action's defaults, so a file rendered here is byte for byte what ansible.builtin.template writes.
 OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
@@ -28,7 +29,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     by, default sglang_server_instance); `read`, what to read on the host in the same call (the module's option).
     Or `requests`: several of those (each with `role_path`, the role whose templates/ and files/ its `src` names), by
     name, all handled in the one call and answered in `answers` under their names (deploy's probe); a request's
-    `routers` (the module's option; each `api_key` travels as a private content) are compared there too."""
+    `routers` (the module's option; each `api_key` travels as a private content) are compared there too. A request's
+    `decide` (settings, never sent to the host) makes its role's decision from its answer (module_utils/role_decisions.py),
+    returned in the answer's `decision`; `changes` is every role's changes, in the requests' order."""
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read", "requests"))
@@ -130,9 +133,23 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             answer["changed_instances"] = changed_instances(answer, collected[name][1])
             if not self._task.diff:
                 answer.pop("diff", None)
+        if requests and not module_result.get("failed"):
+            decide(result, requests)
         if not self._task.diff:
             result.pop("diff", None)
         return result
+
+
+def decide(result: dict[str, Any], requests: dict[str, Any]) -> None:
+    """Each request's role decision (module_utils/role_decisions.py), from its `decide` settings and its answer, in its
+    answer's `decision`; and `changes`, every role's changes in the requests' order: what deploy prints and ends on."""
+    result["changes"] = []
+    for name, request in requests.items():
+        if request.get("decide") is None:
+            continue
+        answer = result.setdefault("answers", {}).setdefault(name, {})
+        answer["decision"] = role_decisions.decide(name, request["decide"], answer)
+        result["changes"] += answer["decision"]["changes"]
 
 
 def changed_instances(answer: dict[str, Any], owner_of: dict[str, str]) -> list[str]:

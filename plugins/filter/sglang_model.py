@@ -43,22 +43,12 @@ def sglang_model_problems(host: str, problems: Mapping[str, str], source: Mappin
     ]
 
 
-def sglang_model_at_full_size(
-    names: list[str], source: Mapping[str, Any], verified: Mapping[str, Mapping[str, Any]]
-) -> list[str]:
-    """Of the host's files `names` of the source's revision, those at least as long as the lock file says (so wrong,
-    not cut short), as the plan's probe found them (`model.verified`: by path, with its size)."""
-    sizes = {name: int((verified.get(f"{source['path']}/{name}") or {}).get("size", -1)) for name in names}
-    return [name for name in names if sizes[name] >= int(source["files"][name]["size"])]
-
-
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "sglang_model_dir": sglang_model_dir,
-            "sglang_model_at_full_size": sglang_model_at_full_size,
             "sglang_model_name": sglang_model_name,
             "sglang_model_problems": sglang_model_problems,
             "sglang_model_sha256": sglang_model_sha256,

@@ -274,6 +274,42 @@ def sglang_router_member_reads(
     ]
 
 
+UNIT_DIR = "/etc/systemd/system"
+
+
+def sglang_router_request(processes: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What deploy's probe compares and reads for the host's sglang-router `processes` (the role's request,
+    sglang_router_probe): the launcher (`launcher_files`), each enabled process's unit and keys file (written only
+    when the plan has no problem: `write`); the files to remove when found (the keys and workers files of a process not
+    wanted, `legacy_files`) and every process's unit file; the units' state; the vocabulary (`vocabulary`) of a router
+    in front of several models; each enabled process's workers, asked with its admin key only when nothing has a problem
+    (`ask`); and the settings of the role's decision (module_utils/role_decisions.py: sglang_router). Settings also:
+    role_path, api_key, admin_keys (by kind), service (sglang_service)."""
+    enabled = [process for process in processes if process["enabled"]]
+    unwanted = [process for process in processes if not process["enabled"]]
+    files = [*(settings["launcher_files"] if enabled else [])]
+    files += sglang_router_process_files(enabled, settings["api_key"], settings["admin_keys"], settings["service"])
+    vocabulary = settings["vocabulary"]
+    legacy_files = list(settings["legacy_files"])
+    removable = [process["keys_file"] for process in unwanted] + [process["workers_file"] for process in unwanted] + legacy_files
+    read = {
+        "globs": [*removable, *(f"{UNIT_DIR}/{process['unit']}" for process in processes)],
+        "units": [process["unit"] for process in processes],
+        "paths": [
+            {"path": vocabulary["dest"], "state": "file", "sha256": vocabulary["sha256"], "owner": "root", "group": "root",
+             "mode": "0644"}
+        ] if any(process["by_model"] for process in enabled) else [],
+    }  # fmt: skip
+    return {
+        "name": "sglang_router",
+        "role_path": settings["role_path"],
+        "files": files if settings["write"] else [],
+        "read": read,
+        "routers": sglang_router_member_reads(enabled, settings["admin_keys"], settings["api_key"]) if settings["ask"] else [],
+        "decide": {"processes": [dict(process) for process in processes], "legacy_files": legacy_files, "unit_dir": UNIT_DIR},
+    }
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -287,4 +323,5 @@ class FilterModule:
             "sglang_fleet_models": sglang_fleet_models,
             "sglang_router_process_files": sglang_router_process_files,
             "sglang_router_member_reads": sglang_router_member_reads,
+            "sglang_router_request": sglang_router_request,
         }

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
+from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import server_units
 
 _NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
 
@@ -68,35 +68,6 @@ def systemd_hardening(read_write_paths: Iterable[str], private_devices: bool = F
     needs no device at all (the router; the instances allow their GPUs' nodes instead)."""
     lines = [line.format(paths=" ".join(read_write_paths)) for line in HARDENING]
     return [*lines[:4], "PrivateDevices=yes", *lines[4:]] if private_devices else lines
-
-
-def systemd_utc_seconds(timestamp: str) -> float | None:
-    """A `systemctl show --timestamp=us+utc` time ("Mon 2026-11-30 02:02:20.870662 UTC") as Unix seconds."""
-    try:
-        moment = datetime.strptime(timestamp.strip(), "%a %Y-%m-%d %H:%M:%S.%f UTC")
-    except ValueError:
-        return None
-    return moment.replace(tzinfo=UTC).timestamp()
-
-
-def sglang_server_stale(
-    instances: list[dict[str, Any]], states: dict[str, dict[str, str]], changed_at: dict[str, float]
-) -> list[dict[str, Any]]:
-    """Running instances one of whose files (unit, environment file, key file: those of its verified set, as planned
-    in its `files`) changed after their main process started.
-
-    `states` as module sglang_installed reads them (`systemctl show --timestamp=us+utc`), `changed_at` each existing
-    file's modification time in Unix seconds (its `mtimes`).
-    """
-    stale = []
-    for instance in instances:
-        state = states.get(instance["unit"], {})
-        started = systemd_utc_seconds(state.get("ExecMainStartTimestamp", ""))
-        if state.get("ActiveState") != "active" or started is None:
-            continue
-        if max(changed_at.get(path, 0.0) for path, _ in instance["files"]["last_good"]) > started:
-            stale.append(instance)
-    return stale
 
 
 def sglang_server_unit_properties(instance: dict[str, Any], sandbox: list[str]) -> list[str]:
@@ -165,7 +136,7 @@ class FilterModule:
             "systemd_exec_quote": systemd_exec_quote,
             "systemd_env_quote": systemd_env_quote,
             "systemd_hardening": systemd_hardening,
-            "sglang_server_stale": sglang_server_stale,
+            "sglang_server_units": server_units,
             "sglang_server_unit_properties": sglang_server_unit_properties,
             "systemd_text_problems": systemd_text_problems,
         }

@@ -7,7 +7,10 @@ and `--check --diff` in turn, five times: a noisy minute of the shared machine w
 - the no-op deploy of b200 alone with 1 instance against the same host with its 7: the cost per instance (b200 is
   deployed with one instance first, then back with its seven, and each shape is timed once converged),
 - the sandbox's stand-in nvidia-smi against the real driver's recorded answer time (what the probe's call costs here
-  and on a real host).
+  and on a real host),
+- the templates Ansible compiles during one no-op deploy (see COUNT_TEMPLATES: jinja2's public `Environment.compile`
+  wrapped in the benchmark's own ansible-playbook process, whose workers inherit it; each call appends a byte to a file,
+  so the workers' calls are counted too). The product installs no such hook.
 """
 
 from __future__ import annotations
@@ -50,6 +53,42 @@ def deploy(*options: str, inventory: Path = SANDBOX_INVENTORY, converged: bool =
     recap = RECAP.findall(run.stdout)
     if run.returncode != 0 or not recap or (converged and any(changed != "0" for _, changed, _, _ in recap)):
         raise RuntimeError(f"not a no-op: rc={run.returncode}, recap={recap}\n{run.stdout[-3000:]}{run.stderr[-2000:]}")
+
+
+# ansible-playbook as its console script runs it, with jinja2.Environment.compile counting its calls: every template and
+# conditional Ansible compiles goes through it (in the controller and in every worker it forks, which inherit the hook).
+COUNT_TEMPLATES = """
+import functools, os, runpy, sys
+import jinja2
+counter, script = sys.argv[1], sys.argv[2]
+compile_template = jinja2.Environment.compile
+@functools.wraps(compile_template)
+def counted(*args, **kwargs):
+    descriptor = os.open(counter, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(descriptor, b"1")
+    finally:
+        os.close(descriptor)
+    return compile_template(*args, **kwargs)
+jinja2.Environment.compile = counted
+sys.argv = sys.argv[2:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def templates_compiled(*options: str) -> int:
+    """How many templates Ansible compiles during one `ansible-playbook deploy.yml` with `options` (a no-op: changed=0)."""
+    with tempfile.TemporaryDirectory(prefix="sglang-fleet-bench-") as directory:
+        counter = Path(directory) / "compiled"
+        run = subprocess.run(
+            [str(ROOT / ".venv/bin/python"), "-c", COUNT_TEMPLATES, str(counter), str(ROOT / ".venv/bin/ansible-playbook"),
+             "-i", str(SANDBOX_INVENTORY), "deploy.yml", *options],
+            cwd=ROOT, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        recap = RECAP.findall(run.stdout)
+        if run.returncode != 0 or not recap or any(changed != "0" for _, changed, _, _ in recap):
+            raise RuntimeError(f"not a no-op: rc={run.returncode}, recap={recap}\n{run.stdout[-3000:]}{run.stderr[-2000:]}")
+        return counter.stat().st_size if counter.exists() else 0
 
 
 def median(action: Callable[[], None]) -> float:
@@ -100,15 +139,20 @@ def main() -> None:
     deploy("--limit", "b200")
     seven = median(lambda: deploy("--limit", "b200"))
     standin, real = smi_query_seconds()
+    compiled = templates_compiled()
     print(f"ansible -m setup, both hosts:        {floor:6.1f} s")
     print(f"no-op deploy.yml (changed=0):        {noop:6.1f} s  = {noop / floor:4.2f}x setup (goal <= 2.0x)")
     print(f"--check --diff (changed=0):          {check:6.1f} s  = {check / floor:4.2f}x setup")
     print(f"no-op, b200 alone with 1 instance:   {one:6.1f} s")
     print(f"no-op, b200 alone with 7 instances:  {seven:6.1f} s  = {seven / one:4.2f}x 1 instance (goal <= 1.20x)")
+    print(f"templates compiled during the no-op: {compiled:5d} (goal <= 100; jinja2.Environment.compile's calls)")
     # The probe calls nvidia-smi 3 times in the sandbox (its containers have no /proc/driver/nvidia: `-q -x` gives the
     # minor numbers), twice on a real host.
     print(f"nvidia-smi --query-gpu, stand-in:    {standin * 1000:6.0f} ms (a real H200's driver: {real * 1000:.0f} ms)")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--templates"]:  # the count alone, of a converged sandbox: --templates [ansible-playbook options]
+        print(f"templates compiled during the no-op: {templates_compiled(*sys.argv[2:])}")
+    else:
+        main()

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from ansible_collections.sglang.fleet.plugins.filter.sglang_model import (
-    sglang_model_at_full_size,
     sglang_model_dir,
     sglang_model_name,
     sglang_model_problems,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils import role_decisions
 from ansible_collections.sglang.fleet.plugins.modules import sglang_model_revision as revision
 
 Plan = Callable[..., dict[str, Any]]
@@ -119,8 +119,10 @@ def test_names_derived_from_the_source() -> None:
 
 def test_only_a_file_at_its_full_size_is_wrong_a_shorter_one_is_resumed() -> None:
     source = {"path": "/m", "files": {"a": {"size": 10}, "b": {"size": 10}, "c": {"size": 10}}}
-    verified = {"/m/a": {"size": 10}, "/m/b": {"size": 4}}
-    assert sglang_model_at_full_size(["a", "b", "c"], source, verified) == ["a"]
+    on_host = {"exists": True, "checksum_problems": {"a": "differs", "b": "cut short", "c": "missing"}, "link_target": "/m",
+               "verified": {"/m/a": {"size": 10}, "/m/b": {"size": 4}}}  # fmt: skip
+    decision = role_decisions.sglang_model({"model": SOURCE, "source": source, "on_host": on_host, "keep_previous": 1}, {})
+    assert decision["to_send"] == ["a", "b", "c"] and decision["wrong"] == ["a"]
 
 
 def write(directory: Path, name: str, content: bytes) -> str:

@@ -189,27 +189,11 @@ def test_a_consumer_reads_only_keys_its_fact_has(consumer: str, fact: str) -> No
     assert keys <= PUBLISHED[publisher(fact)][fact], (consumer, fact, keys)
 
 
-ROLE_CHECK = "sglang.fleet.sglang_role_arguments"
-# Entry points deploy.yml runs without a check of their arguments: all of them are facts of the play's earlier tasks.
-UNCHECKED = {("sglang_plan", "probe"), ("sglang_venv", "checks"), ("sglang_server", "checks"), ("sglang_plan", "gate")}
-
-
-def test_deploy_checks_each_entry_point_s_arguments_before_it_runs() -> None:
-    """By Ansible as it imports the role, or by an earlier task of action sglang_role_arguments, which sees the
-    variables of the play (an import's own vars it would not see). What that task leaves out, as published later, is a
-    fact a role's preflight publishes after it."""
-    [play] = yaml.safe_load((ROOT / "deploy.yml").read_text())
-    steps = [(task, next((task[step] for step in ROLE_STEPS if step in task), None)) for task in play["tasks"]]
-    checked: set[tuple[str, str]] = set()
-    for position, (task, step) in enumerate(steps):
-        if ROLE_CHECK in task:
-            checked |= set(task[ROLE_CHECK]["entry_points"].items())
-            for fact in task[ROLE_CHECK].get("published_later") or []:
-                later = [(role["name"], role.get("tasks_from", "main")) for _, role in steps[position:] if role]
-                assert (publisher(fact), "preflight") in later, f"{fact}: published after the check"
-        if step is None or step.get("rolespec_validate", True):
-            continue
-        entry = (step["name"], step.get("tasks_from", "main"))
-        assert entry in checked | UNCHECKED, f"{task['name']}: {entry} runs unchecked"
-        assert entry in UNCHECKED or "vars" not in task, f"{task['name']}: its vars are not what the check saw"
-    assert checked, f"deploy.yml checks its preflight's entry points with {ROLE_CHECK}"
+def test_ansible_checks_every_role_entry_point_s_arguments_in_every_playbook() -> None:
+    """Ansible's own argument validation (meta/argument_specs.yml) runs before each role's tasks: no playbook turns it
+    off for a role it imports or includes."""
+    for path in [ROOT / "deploy.yml", *sorted((ROOT / "playbooks").glob("*.yml"))]:
+        for play in yaml.safe_load(path.read_text()) or []:
+            for task in [*(play.get("tasks") or []), *(play.get("pre_tasks") or []), *(play.get("roles") or [])]:
+                step = next((task[name] for name in ROLE_STEPS if name in task), task if "role" in task else None)
+                assert step is None or step.get("rolespec_validate", True), f"{path.name}: {task.get('name')}"

@@ -26,7 +26,7 @@ def test_environment_values() -> None:
 
 
 def test_show_states_and_stale_instances() -> None:
-    from ansible_collections.sglang.fleet.plugins.filter.systemd import sglang_server_stale
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import FilterModule
     from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
     from ansible_collections.sglang.fleet.plugins.module_utils.systemd import parse_show
 
@@ -48,6 +48,10 @@ def test_show_states_and_stale_instances() -> None:
         "/e/sglang-30001.env": 1000.6,
         "/u/sglang-30002.service": 2000,
     }
-    assert [i["name"] for i in sglang_server_stale(instances, states, times)] == ["sglang-30001"]
+    units = FilterModule().filters()["sglang_server_units"]
+    assert [i["name"] for i in units(instances, {"units": states, "mtimes": times})["stale"]] == ["sglang-30001"]
+    assert [i["name"] for i in units(instances, {"units": states, "mtimes": times})["stopped"]] == ["sglang-30002"]
+    assert units(instances, {"units": states, "mtimes": times})["failed_units"] == ["sglang-30002.service"]
     times["/e/secrets/sglang-30000.yaml"] = 1000.7
-    assert [i["name"] for i in sglang_server_stale(instances, states, times)] == ["sglang-30000", "sglang-30001"], "a key change"
+    stale = units(instances, {"units": states, "mtimes": times})["stale"]
+    assert [i["name"] for i in stale] == ["sglang-30000", "sglang-30001"], "a key change"

@@ -1,0 +1,254 @@
+"""What each role of deploy.yml would change on a host, decided from deploy's one probe: data, not templates.
+
+Deploy's probe (action sglang_instance_files, `requests`) compares and reads, in one call, what every role asked
+(its request). A request's `decide` holds the settings its role's decision needs; `decide(name, settings, answer)`
+returns that role's decision from them and the host's answer, each with `changes` (one line per thing to change, in
+the words deploy prints: empty when nothing would change). The roles' tasks run each step exactly when its part of
+the decision says so, and deploy.yml ends a host where no role's `changes` has anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+Decision = dict[str, Any]
+
+
+def unique(items: Iterable[Any]) -> list[Any]:
+    """`items` without repeats, in their order (Ansible's `unique` and `difference` filters of lists)."""
+    seen: list[Any] = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen
+
+
+def suffixed(items: Iterable[str], suffix: str) -> list[str]:
+    return [f"{item}{suffix}" for item in items]
+
+
+def plan(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Decision:
+    """The plan's entry point verified: the record of the model files this run read and hashed (`hashed`)."""
+    hashed = settings.get("hashed") or []
+    return {"changes": [f"{settings['verified_file']}: {len(hashed)} file(s) verified to record"] if hashed else []}
+
+
+def cuda(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Decision:
+    """CUDA: what the probe found different from the pinned install, and the apt method's files to write."""
+    return {"changes": [*(answer.get("read") or {}).get("differences", []), *answer.get("changed_paths", [])]}
+
+
+def sglang_venv(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Decision:
+    """The runtime: install it (`install`), prune the previous venvs (`prunable`), parse the command lines with it
+    (`parse`: with this release's checker installed, unless it parsed these very ones before: its marker, a file
+    `<venv>/.parsed-<digest>` the request read) and then keep the marker that it did (`marks_parsed`). Settings: venv
+    (its path), venvs (the glob of this runtime's venvs), keep_previous, checker."""
+    state = answer.get("read") or {}
+    found: Mapping[str, list[str]] = state.get("found") or {}
+    differences = list(state.get("differences") or [])
+    installed = bool(found.get(settings["checker"]))
+    parsed_before = any(paths for glob, paths in found.items() if glob.startswith(f"{settings['venv']}/.parsed-"))
+    checker_current = settings["checker"] not in (state.get("differing_paths") or [])
+    parse = installed and checker_current and not (parsed_before and not differences)
+    previous = [path for path in found.get(settings["venvs"], []) if path != settings["venv"]]
+    prunable = len(previous) > int(settings["keep_previous"])
+    marks_parsed = parse and not differences
+    changes = [
+        *differences,
+        *(["previous venvs beyond sglang_venv_keep_previous"] if prunable else []),
+        *(["the marker that the runtime parsed these command lines: to write"] if marks_parsed else []),
+    ]
+    return {
+        "installed": installed,
+        "install": bool(differences),
+        "parse": parse,
+        "prunable": prunable,
+        "marks_parsed": marks_parsed,
+        "changes": changes,
+    }
+
+
+def sglang_model(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Decision:
+    """The model's revision: the lock's files the host lacks or has wrong (`to_send`; of them, `wrong`: at their full
+    size, removed before the transfer), whether its `current` link points at it (`link_current`; `install` when either
+    needs it), and the revisions beyond those kept (`prunable`, newest kept). Settings: model (the
+    sglang_model; empty: none), source (sglang_model_source), on_host (sglang_model_on_host), keep_previous."""
+    source: Mapping[str, Any] = settings.get("source") or {}
+    on_host: Mapping[str, Any] = settings.get("on_host") or {}
+    files = list((source.get("files") or {}).keys())
+    problems = on_host.get("checksum_problems") or {}
+    to_send = unique(name for name in problems if name in files) if on_host.get("exists") else files
+    link_current = on_host.get("link_target") == source.get("path")
+    revisions = [revision for revision in on_host.get("revisions") or [] if revision["path"] != source.get("path", "")]
+    prunable = sorted(revisions, key=lambda revision: revision["mtime"], reverse=True)[int(settings["keep_previous"]) :]
+    changes: list[str] = []
+    if settings.get("model"):
+        changes += [f"{source.get('path', '')}/{name}" for name in to_send]
+        changes += [] if link_current else [f"{source.get('link', '')}: to point at {source.get('path', '')}"]
+    changes += [revision["path"] for revision in prunable]
+    install = bool(settings.get("model")) and (bool(to_send) or not link_current)
+    # Of the files to send, those present at their full size or longer: wrong, not cut short, so removed before the
+    # transfer (rsync appends to a shorter file and checks the whole; it leaves one of the full size alone).
+    verified: Mapping[str, Mapping[str, Any]] = on_host.get("verified") or {}
+    sizes = {name: int((verified.get(f"{source.get('path')}/{name}") or {}).get("size", -1)) for name in to_send}
+    wrong = [name for name in to_send if sizes[name] >= int(source["files"][name]["size"])]
+    return {
+        "to_send": to_send,
+        "wrong": wrong,
+        "link_current": link_current,
+        "install": install,
+        "prunable": prunable,
+        "changes": changes,
+    }
+
+
+def utc_seconds(timestamp: str) -> float | None:
+    """A `systemctl show --timestamp=us+utc` time ("Mon 2026-11-30 02:02:20.870662 UTC") as Unix seconds."""
+    try:
+        moment = datetime.strptime(timestamp.strip(), "%a %Y-%m-%d %H:%M:%S.%f UTC")
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC).timestamp()
+
+
+def server_units(instances: Sequence[Mapping[str, Any]], reading: Mapping[str, Any]) -> Decision:
+    """The instances' units as `reading` (module sglang_installed's units and mtimes) has them: `stale` (running, and
+    one of the files of its verified set changed after its process started), `stopped` (not running), `failed_units`,
+    `not_enabled` (units)."""
+    states: Mapping[str, Mapping[str, str]] = reading.get("units") or {}
+    changed_at: Mapping[str, float] = reading.get("mtimes") or {}
+    active = [unit for unit, state in states.items() if state.get("ActiveState") == "active"]
+    enabled = [unit for unit, state in states.items() if state.get("UnitFileState") == "enabled"]
+    stale = []
+    for instance in instances:
+        state = states.get(instance["unit"], {})
+        started = utc_seconds(state.get("ExecMainStartTimestamp", ""))
+        changed = max((changed_at.get(path, 0.0) for path, _ in instance["files"]["last_good"]), default=0.0)
+        if state.get("ActiveState") == "active" and started is not None and changed > started:
+            stale.append(instance)
+    return {
+        "stale": stale,
+        "stopped": [instance for instance in instances if instance["unit"] not in active],
+        "failed_units": [unit for unit, state in states.items() if state.get("ActiveState") == "failed"],
+        "not_enabled": unique(instance["unit"] for instance in instances if instance["unit"] not in enabled),
+    }
+
+
+def sglang_server(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Decision:
+    """The servers: the account and its folders (`differences`), the files to write (`files_to_write`), key files and
+    units no planned instance has (`unwanted_keys`, `unplanned_units`), whether the device-node unit runs, and the
+    instances' units (server_units); `configure` when any file, account or unit needs it; `to_check`, the instances
+    this deploy would start or restart (preflight checks CUDA in their sandbox). Settings: instances, unit_dir,
+    secrets_dir, devices_unit, displaced (units a new shape stops first)."""
+    instances: Sequence[Mapping[str, Any]] = settings.get("instances") or []
+    read = answer.get("read") or {}
+    found: Mapping[str, list[str]] = read.get("found") or {}
+    units = [instance["unit"] for instance in instances]
+    found_units = [
+        os.path.basename(path)
+        for path in found.get(f"{settings['unit_dir']}/sglang-*.service", [])
+        if re.match(r".*/sglang-\d+\.service$", path)
+    ]
+    keys = [instance["files"]["secret"] for instance in instances if instance["files"].get("secret")]
+    unwanted_keys = unique(
+        path
+        for path in found.get(f"{settings['secrets_dir']}/sglang-*.yaml", [])
+        if re.match(r".*/sglang-\d+\.yaml$", path) and path not in keys
+    )
+    unplanned_units = unique(unit for unit in found_units if unit not in units)
+    devices = (read.get("units") or {}).get(settings["devices_unit"]) or {}
+    devices_running = devices.get("ActiveState") == "active" and devices.get("UnitFileState") == "enabled"
+    differences = list(read.get("differences") or [])
+    files_to_write = list(answer.get("changed_paths") or [])
+    now = server_units(instances, read)
+    changed = answer.get("changed_instances") or []
+    changes = [
+        *differences,
+        *files_to_write,
+        *unwanted_keys,
+        *unplanned_units,
+        *([] if devices_running else [f"{settings['devices_unit']}: not running"]),
+        *suffixed(settings.get("displaced") or [], ": displaced"),
+        *suffixed((instance["unit"] for instance in now["stale"]), ": stale"),
+        *suffixed((instance["unit"] for instance in now["stopped"]), ": not running"),
+        *suffixed(now["not_enabled"], ": not enabled"),
+    ]
+    return {
+        **now,
+        "differences": differences,
+        "files_to_write": files_to_write,
+        "unwanted_keys": unwanted_keys,
+        "unplanned_units": unplanned_units,
+        "devices_running": devices_running,
+        "configure": bool(differences or files_to_write or unwanted_keys or unplanned_units or not devices_running),
+        "to_check": [
+            *(instance for instance in instances if instance["name"] in changed),
+            *(instance for instance in now["stopped"] if instance["name"] not in changed),
+        ],
+        "changes": changes,
+    }
+
+
+def sglang_router(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Decision:
+    """The host's sglang-router processes (settings `processes`, each {enabled, unit, url, keys_file, workers_file,
+    displaced, by_model}; `legacy_files`, removed when found; `unit_dir`): files to remove (`found_removable`), units not
+    running or not enabled (`stopped_units`), routers whose workers differ from the planned ones or that the probe could
+    not ask (`unreconciled`), routers that take back the workers a new shape stops first (`drained`), unit files of
+    processes no longer wanted (`unwanted_units`)."""
+    processes: Sequence[Mapping[str, Any]] = settings.get("processes") or []
+    enabled = [process for process in processes if process["enabled"]]
+    unwanted = [process for process in processes if not process["enabled"]]
+    read = answer.get("read") or {}
+    found: Mapping[str, list[str]] = read.get("found") or {}
+    on_host = [path for paths in found.values() for path in paths]
+    removable = [
+        *(process["keys_file"] for process in unwanted),
+        *(process["workers_file"] for process in unwanted),
+        *(settings.get("legacy_files") or []),
+    ]
+    states: Mapping[str, Mapping[str, str]] = read.get("units") or {}
+    down = [unit for unit, state in states.items() if state.get("ActiveState") != "active"]
+    down += [unit for unit, state in states.items() if state.get("UnitFileState") != "enabled"]
+    agreeing = [url for url, differs in (answer.get("routers") or {}).items() if not differs]
+    by_model = any(process["by_model"] for process in enabled)
+    decision: Decision = {
+        "by_model": by_model,
+        "found_removable": [path for path in removable if path in on_host],
+        "stopped_units": [process["unit"] for process in enabled if process["unit"] in down],
+        "unreconciled": [process["url"] for process in enabled if process["url"] not in agreeing],
+        "drained": [process["url"] for process in enabled if process["displaced"]],
+        "unwanted_units": [path for process in unwanted for path in found.get(f"{settings['unit_dir']}/{process['unit']}", [])],
+        "files_to_write": list(answer.get("changed_paths") or []),
+        "vocabulary": by_model and bool(read.get("differences")),
+    }
+    decision["changes"] = [
+        *decision["found_removable"],
+        *decision["files_to_write"],
+        *(read.get("differences") or [] if by_model else []),
+        *suffixed(decision["stopped_units"], ": not running or not enabled"),
+        *suffixed(decision["unreconciled"], ": workers differ from the planned ones"),
+        *suffixed(decision["drained"], ": to register again the workers a new shape stops first"),
+        *decision["unwanted_units"],
+    ]
+    return decision
+
+
+ROLES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Decision]] = {
+    "sglang_plan": plan,
+    "cuda": cuda,
+    "sglang_venv": sglang_venv,
+    "sglang_model": sglang_model,
+    "sglang_server": sglang_server,
+    "sglang_router": sglang_router,
+}
+
+
+def decide(role: str, settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Decision:
+    """The decision of `role` (a request's name) from its request's `decide` settings and the probe's answer to it."""
+    if role not in ROLES:
+        raise ValueError(f"no decision for a request named {role!r}; known: {', '.join(ROLES)}")
+    return ROLES[role](settings, answer)
