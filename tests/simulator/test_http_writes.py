@@ -1,6 +1,7 @@
-"""The simulator's HTTP server answers as uvicorn does on the wire: TCP_NODELAY on every accepted connection and each
-answer (status line, headers, body) in one write, so a kept-alive connection never waits on Nagle's algorithm and
-the client's delayed ACK. Measures nothing: tests/bench/bench_latency.py prints the latencies."""
+"""The simulator's HTTP server answers as uvicorn does on the wire: TCP_NODELAY on every accepted
+connection and each answer (status line, headers, body) in one write, so a kept-alive connection
+never waits on Nagle's algorithm and the client's delayed ACK. Measures nothing:
+tests/bench/bench_latency.py prints the latencies."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class FakeConnection:
 
     def makefile(self, mode: str, buffering: int = -1) -> Any:
         if mode == "rb":
-            return io.BufferedReader(io.BytesIO(self.requests))  # type: ignore[arg-type]
+            return io.BufferedReader(io.BytesIO(self.requests))
         return io.BufferedWriter(self.raw, buffering) if buffering else self.raw
 
 
@@ -64,7 +65,7 @@ def serve(requests: bytes) -> FakeConnection:
     server = make_server(app(), "127.0.0.1", 0)
     try:
         connection = FakeConnection(requests)
-        server.RequestHandlerClass(connection, ("127.0.0.1", 40000), server)  # type: ignore[arg-type]
+        server.RequestHandlerClass(connection, ("127.0.0.1", 40000), server)
         return connection
     finally:
         server.server_close()
@@ -78,7 +79,8 @@ def test_every_accepted_connection_gets_tcp_nodelay() -> None:
 def test_each_answer_on_a_kept_alive_connection_is_one_write() -> None:
     """Two requests on one connection (404 with a JSON body, then 503): two sends, each a whole answer."""
     connection = serve(
-        b"GET /no-such-route HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        b"GET /no-such-route HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     )
     sends = connection.raw.sends
     assert len(sends) == 2, sends
@@ -102,7 +104,7 @@ def test_a_live_servers_accepted_socket_has_tcp_nodelay() -> None:
     thread = threading.Thread(target=server.handle_request)
     thread.start()
     try:
-        with socket.create_connection(server.server_address[:2], timeout=10) as client:
+        with socket.create_connection(("127.0.0.1", server.server_port), timeout=10) as client:
             client.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             assert client.recv(4096).startswith(b"HTTP/1.1 503 ")
     finally:

@@ -128,8 +128,8 @@ def _max_tokens(body: Mapping[str, Any], *names: str, default: int | None) -> in
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    # As uvicorn, which real SGLang runs, sets on every connection (TCP_NODELAY): without it, on a kept-alive
-    # connection the second write of an answer waited for the client's delayed ACK (Nagle), about 40 ms a request.
+    # TCP_NODELAY, as uvicorn (which real SGLang runs) sets on every connection: without it, on a kept-alive
+    # connection the second write of an answer waited for the client's delayed ACK (Nagle), ~40 ms a request.
     disable_nagle_algorithm = True
     # Buffered: an answer's status line, headers and body leave in one write (_send and _stream flush).
     wbufsize = 1 << 16
