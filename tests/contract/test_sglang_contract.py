@@ -181,8 +181,7 @@ def test_metrics_have_every_recorded_family_and_label(replayed: Replay) -> None:
 def test_health_while_starting(replayed: Replay) -> None:
     """Refused until HTTP binds, then 503 with an empty body during warmup, then 200 with an empty body."""
     recorded = replayed.scenario.timeline.get("health_transitions")
-    if not recorded:
-        pytest.skip("the recording has no health transitions")
+    assert recorded, f"{replayed.scenario.id}: the recording has no health transitions (every recording needs them)"
     for path, transitions in recorded.items():
         real = [(t["status"], t["body"]) for t in transitions]
         assert replayed.health[path] == real, f"{path}: simulator {replayed.health[path]}, real SGLang {real}"
@@ -190,8 +189,7 @@ def test_health_while_starting(replayed: Replay) -> None:
 
 def test_exit_status_after_sigterm(replayed: Replay) -> None:
     shutdown = replayed.scenario.timeline.get("shutdown")
-    if not shutdown:
-        pytest.skip("the recording has no shutdown")
+    assert shutdown, f"{replayed.scenario.id}: the recording has no shutdown (every recording needs its exit status)"
     assert replayed.returncode == shutdown["returncode"], replayed.log[-2000:]
 
 
@@ -232,8 +230,8 @@ def test_failed_launches(failure: Failure, workspaces: dict[str, Workspace]) -> 
 
 def test_a_field_removed_from_the_simulator_is_reported(replayed: Replay) -> None:
     scenario = replayed.scenario
-    if not scenario.server_info:
-        pytest.skip("no /server_info recording")
+    assert scenario.server_info, f"{scenario.id}: the recording has no /server_info (every recording needs one)"
+    assert scenario.metrics, f"{scenario.id}: the recording has no /metrics (every recording needs one)"
     stage, recorded = next(iter(scenario.server_info.items()))
     body = replayed.server_info[stage].json()
     version = str(body.get("version"))
@@ -277,14 +275,18 @@ def test_recordings_are_complete() -> None:
         assert (recording.path / "README.md").read_text().strip()
     for scenario in SCENARIOS:
         assert scenario.args, scenario.id
+        # What the tests above replay from every scenario: a thinner recording fails here, never skips there.
+        assert scenario.timeline.get("health_transitions"), f"{scenario.id}: no health transitions"
+        assert scenario.timeline.get("shutdown"), f"{scenario.id}: no shutdown"
+        assert scenario.server_info and scenario.metrics, f"{scenario.id}: no /server_info or /metrics"
+        assert scenario.exchanges, f"{scenario.id}: no requests"
     assert all(f.log_path.exists() for f in FAILURES)
 
 
 def test_the_pipeline_layout_is_read_and_replayed(tmp_path: Path) -> None:
     """A folder as tests/hardware/driver.py writes it (one directory per tag) is replayed like the flat one."""
     source = next((s for s in SCENARIOS if s.name == "nextn" and s.server_info and s.metrics), None)
-    if source is None:
-        pytest.skip("no flat nextn recording to convert")
+    assert source is not None, "no flat nextn recording with /server_info and /metrics to convert"
     folder = tmp_path / "sglang-pipeline"
     tag = folder / "nextn"
     tag.mkdir(parents=True)
