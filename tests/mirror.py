@@ -119,12 +119,12 @@ class CountingProxy:
                     message = b"".join(head) + b"\r\n" + sent
                 finally:
                     upstream_connection.close()
-                self.wfile.write(message)
-                with lock:
+                with lock:  # counted before it is sent: a client that has the answer finds it counted
                     proxy.traffic.bytes_sent += len(message)
                     proxy.traffic.body_bytes += len(sent)
                     path = self.path.split("?", 1)[0]
                     proxy.traffic.requests[path] = proxy.traffic.requests.get(path, 0) + 1
+                self.wfile.write(message)
 
             do_GET = do_HEAD = do_POST = _forward
 
