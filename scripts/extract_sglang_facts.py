@@ -861,10 +861,14 @@ def table_path(version: str) -> Path:
     return Path(__file__).resolve().parents[1] / "roles" / "sglang_plan" / "files" / f"sglang-{version}.json"
 
 
+def simulator_table_path(version: str) -> Path:
+    """The simulator's own copy of the table (it reads nothing of the product's)."""
+    return Path(__file__).resolve().parents[1] / "simulator" / "src" / "sglang_simulator" / "data" / f"sglang-{version}.json"
+
+
 def table_paths(version: str) -> tuple[Path, Path]:
-    """Where the table is written: the product's, and the simulator's own copy (it reads nothing of the product's)."""
-    simulator = Path(__file__).resolve().parents[1] / "simulator" / "src" / "sglang_simulator" / "data"
-    return table_path(version), simulator / f"sglang-{version}.json"
+    """Where the table is written: the product's, and the simulator's copy."""
+    return table_path(version), simulator_table_path(version)
 
 
 def dump(data: dict[str, Any]) -> str:
