@@ -74,10 +74,11 @@ molecule-%: venv docker ## One molecule scenario: molecule-default, molecule-ins
 integration: venv docker ## pytest + ansible-runner against the sandbox hosts (started if absent)
 	pytest --durations=25 tests/integration
 
-bench: sandbox ## Benchmarks that print figures (no-op deploy cost, rollout latencies, rolling restart under load, model fetch)
+bench: sandbox ## Benchmarks that print figures (no-op deploy cost, rollout latencies, rolling restart under load, model fetch, request latency)
 	python tests/bench/bench_noop.py
 	python tests/bench/bench_rollout.py
 	python tests/bench/bench_model.py
+	python tests/bench/bench_latency.py
 
 bench-install: venv docker ## Benchmark real installs: bytes fetched and time, cold and warm (~50 GB of disk)
 	python tests/bench/bench_install.py

@@ -7,7 +7,8 @@ Run it with the interpreter of a venv that has the pinned SGLang installed
     /opt/sglang-probe/bin/python scripts/extract_sglang_facts.py          # 0.5.23
     /opt/sglang-0.5.17-probe/bin/python scripts/extract_sglang_facts.py   # 0.5.17
 
-It writes ``roles/sglang_plan/files/sglang-<version>.json`` (the simulator links to it) for the
+It writes ``roles/sglang_plan/files/sglang-<version>.json`` and the simulator's own copy of it,
+``simulator/src/sglang_simulator/data/sglang-<version>.json`` (byte-identical: tests/simulator/test_owns_its_model.py), for the
 installed version (which must have an entry in ``RETIRED_FLAGS`` / ``RETIRED_ENV``).
 
 The multimodal keys (below) are read from the source alone, so they can be refreshed in an
@@ -849,15 +850,25 @@ def main() -> int:
         "speculative_algorithm_aliases": aliases,
         **multimodal_facts(pkg),
     }
-    out = table_path(sglang.__version__)
-    out.write_text(dump(data))
-    print(f"wrote {out}: {len(flags)} flags, {len(archs)} architectures", file=sys.stderr)
+    for out in table_paths(sglang.__version__):
+        out.write_text(dump(data))
+        print(f"wrote {out}: {len(flags)} flags, {len(archs)} architectures", file=sys.stderr)
     return 0
 
 
 def table_path(version: str) -> Path:
-    """The product's knowledge of SGLang (the plan role reads it); the simulator links to it from its data folder."""
+    """The product's knowledge of SGLang (the plan role reads it)."""
     return Path(__file__).resolve().parents[1] / "roles" / "sglang_plan" / "files" / f"sglang-{version}.json"
+
+
+def simulator_table_path(version: str) -> Path:
+    """The simulator's own copy of the table (it reads nothing of the product's)."""
+    return Path(__file__).resolve().parents[1] / "simulator" / "src" / "sglang_simulator" / "data" / f"sglang-{version}.json"
+
+
+def table_paths(version: str) -> tuple[Path, Path]:
+    """Where the table is written: the product's, and the simulator's copy."""
+    return table_path(version), simulator_table_path(version)
 
 
 def dump(data: dict[str, Any]) -> str:
@@ -890,8 +901,9 @@ def refresh_static(pkg: Path) -> int:
     data["source"] = source[: source.index(MULTIMODAL_SOURCE)].rstrip() if MULTIMODAL_SOURCE in source else source
     data["source"] += " " + MULTIMODAL_SOURCE
     data.update(multimodal_facts(pkg))
-    out.write_text(dump(data))
-    print(f"wrote {out}: {len(data['multimodal_architectures'])} multimodal architectures", file=sys.stderr)
+    for copy in table_paths(version):
+        copy.write_text(dump(data))
+        print(f"wrote {copy}: {len(data['multimodal_architectures'])} multimodal architectures", file=sys.stderr)
     return 0
 
 

@@ -1,6 +1,7 @@
 """MTP (multi-token prediction) in a checkpoint: the draft layer NEXTN and EAGLE use without a draft model.
 
-Standard library only: the SGLang simulator (simulator/) links this file in, so both decide alike.
+sglang-fleet's own rule. The SGLang simulator has its own, read from SGLang's loaders (simulator/.../mtp.py), and
+tests/contract/test_mtp_rules.py runs both on every checkpoint the tests know, so neither can agree by construction.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ description:
     (C(properties)) and the instance's environment (written to a 0600 file read by systemd, so no value is on a
     command line). All instances run at once.
   - Returns one problem line per instance whose check failed, naming host, instance and the cause. Changes nothing.
+  - A check that could not run is a failure, a missing script too (the runtime is installed with its check).
 options:
   host:
     description: The inventory host, for the problem lines.
@@ -94,12 +95,17 @@ def systemd_run(name: str, properties: list[str], env_file: str, command: list[s
     return ["systemd-run", "--wait", "--pipe", "--quiet", "--collect", f"--unit={unit}", *options, "--", *command]
 
 
-# What Python prints when the runtime has no check yet (a venv installed by an earlier sglang-fleet).
+# What Python prints when the check's script (or the simulator's module) is not there: the runtime was installed
+# with it, so it was removed or its install was cut short. sglang-fleet has no earlier release whose runtime lacks it.
 CHECK_MISSING = ("can't open file", "No module named sglang_simulator.cuda_check")
+FIX_MISSING = (
+    "the runtime is installed with its check, so this one is incomplete; restore the file or remove the runtime's venv "
+    "(sglang_venv_root/<runtime>-<version>) so that the next deploy installs it again"
+)
 
 
 def verdict(output: str, returncode: int) -> dict[str, Any]:
-    """The check's JSON line (its last line), or what went wrong when it printed none."""
+    """The check's JSON line (its last line), or what went wrong when it printed none (a check that did not run fails)."""
     for line in reversed(output.strip().splitlines()):
         try:
             result = json.loads(line)
@@ -107,9 +113,9 @@ def verdict(output: str, returncode: int) -> dict[str, Any]:
             continue
         if isinstance(result, dict):
             return result
-    if any(marker in output for marker in CHECK_MISSING):
-        return {"ok": True, "skipped": "the installed runtime has no smoke check yet; this deploy installs it"}
     tail = " ".join(output.strip().splitlines()[-3:]) or f"exit status {returncode}"
+    if any(marker in output for marker in CHECK_MISSING):
+        return {"ok": False, "error": f"the check's script is missing ({tail})", "fix": FIX_MISSING}
     return {"ok": False, "error": f"the check did not run: {tail}"}
 
 
@@ -149,7 +155,7 @@ def run_checks(
             if not result.get("ok"):
                 problems.append(
                     f"{host} instance {instance['name']}: sglang_gpu_ids={json.dumps(instance['gpu_ids'])}: "
-                    f"CUDA smoke check in the unit's sandbox failed: {result.get('error')}; fix: {FIX}"
+                    f"CUDA smoke check in the unit's sandbox failed: {result.get('error')}; fix: {result.get('fix', FIX)}"
                 )
         return {"problems": problems, "checked": checked}
     finally:

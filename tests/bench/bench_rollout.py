@@ -107,11 +107,26 @@ def timed(action: Any) -> tuple[float, Run]:
     return time.monotonic() - start, run
 
 
-def noop_redeploy() -> tuple[float, float, int]:
-    """Seconds of a no-op redeploy of both hosts, of `ansible -m setup` on them, and the redeploy's changed count."""
-    deploys = [timed(lambda: run_playbook("deploy.yml")) for _ in range(2)]
-    setups = [timed(lambda: run_module("setup")) for _ in range(2)]
-    return min(t for t, _ in deploys), min(t for t, _ in setups), deploys[-1][1].changed_count()
+def noop_redeploy(runs: int = 3) -> tuple[list[float], list[float]]:
+    """Seconds of each no-op redeploy of both hosts (each must change nothing) and of each `ansible -m setup` on them."""
+    deploys = [timed(lambda: run_playbook("deploy.yml")) for _ in range(runs)]
+    for seconds, run in deploys:
+        if run.rc != 0 or run.changed_count() != 0:
+            raise RuntimeError(f"a no-op redeploy changed {run.changed_count()} (rc {run.rc}, {seconds:.1f} s)")
+    setups = [timed(lambda: run_module("setup"))[0] for _ in range(runs)]
+    return [seconds for seconds, _ in deploys], setups
+
+
+def out_of_rotation(roll: dict[str, Any]) -> int:
+    """The most workers out of rotation at once: the roll's workers (each restarted, so each was in the router) less
+    the fewest the sampler saw in rotation. Every worker must have been seen in rotation at once."""
+    if roll["most_in_rotation"] != roll["instances"]:
+        raise RuntimeError(f"the router never had all {roll['instances']} workers in rotation: {roll}")
+    return int(roll["instances"] - roll["fewest_in_rotation"])
+
+
+def figures(values: list[float]) -> str:
+    return f"median {statistics.median(values):.1f} s ({', '.join(f'{v:.1f}' for v in values)})"
 
 
 def main() -> int:
@@ -121,10 +136,11 @@ def main() -> int:
     first = rolling_restart_under_load({"SGLANG_SIM_TOKEN_SECONDS": "0.002"})
     back = rolling_restart_under_load({})
     crash = [crash_to_failure() for _ in range(3)]
-    redeploy, setup, changed = noop_redeploy()
+    redeploys, setups = noop_redeploy()
     fleet = rolling_restart_through_the_gateway()
     noticing = first["noticing"] + back["noticing"]
-    print("sglang-fleet rollout benchmark (sandbox b200: 7 simulator workers behind sglang-router, 4 clients)")
+    workers = first["instances"]
+    print(f"sglang-fleet rollout benchmark (sandbox b200: {workers} simulator workers behind sglang-router, 4 clients)")
     latencies = (("server ready -> deploy notices", noticing, "restarts"), ("crash at start -> deploy fails", crash, "crashes"))
     for label, values, what in latencies:
         print(f"  {label:32} mean {statistics.mean(values):.2f} s, max {max(values):.2f} s over {len(values)} {what}")
@@ -132,16 +148,17 @@ def main() -> int:
         print(
             f"  {label}         {roll['duration']:.1f} s for {roll['instances']} workers, "
             f"{roll['failed']} of {roll['requests']} requests failed, "
-            f"{7 - roll['fewest_in_rotation']} worker(s) out of rotation at most"
+            f"{out_of_rotation(roll)} worker(s) out of rotation at most"
         )
     print(
         f"  rolling restart through the fleet gateway (ct129 + b200) {fleet['duration']:.1f} s for {fleet['instances']} "
         f"instances, {fleet['failed']} of {fleet['requests']} requests failed, "
-        f"{8 - fleet['fewest_in_rotation']} worker(s) out of rotation at most"
+        f"{out_of_rotation(fleet)} worker(s) out of rotation at most"
     )
     print(
-        f"  no-op redeploy (2 hosts, 8 instances) {redeploy:.1f} s, changed={changed}; "
-        f"ansible -m setup on the same hosts {setup:.1f} s; ratio {redeploy / setup:.1f}x"
+        f"  no-op redeploy (2 hosts, changed=0 in each run) {figures(redeploys)}; "
+        f"ansible -m setup on the same hosts {figures(setups)}; "
+        f"ratio of medians {statistics.median(redeploys) / statistics.median(setups):.1f}x"
     )
     return 0
 

@@ -1,4 +1,5 @@
-"""The simulator against recordings of real SGLang (tests/recordings/*): same requests, same STRUCTURE.
+"""The simulator against recordings of real SGLang (tests/recordings/*): same requests, same structure, and the
+same VALUES wherever the simulator models them (NOT_MODELLED lists the rest, each with why).
 
 For each recording folder and each scenario in it (``http.<scenario>.json``), a simulator is started on
 127.0.0.1 with the recorded launch command (model paths replaced by a stand-in model, the GPU file shaped
@@ -6,7 +7,9 @@ like the recording machine's, ``SGLANG_SIM_VERSION`` set to the recorded release
 its table) and sent the same requests. Compared: status codes, content types, empty vs non-empty bodies,
 JSON structure (structure.py states the rules), ``/server_info`` (every recorded key, ``internal_states[0]``
 too), every ``sglang:`` metric family with its label names, the health transitions while starting, the exit
-status after SIGTERM, the log lines in LOG_PATTERNS, and launches that fail by themselves.
+status after SIGTERM, the log lines in LOG_PATTERNS, and launches that fail by themselves. Values: every
+/server_info value (resolved settings, speculative ones included, token limits, status), the KV pool where the
+launch caps it, and the /metrics gauges that report settings.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from .recordings import (
     run_failure,
     strip_prefix,
 )
-from .structure import compare_json, compare_metrics, compare_sse, sse_events
+from .structure import REDACTED, compare_json, compare_metrics, compare_sse, sse_events
 
 SCENARIOS = [scenario for recording in recordings() for scenario in recording.scenarios()]
 FAILURES = [failure for recording in recordings() for failure in recording.failures()]
@@ -127,6 +130,101 @@ def server_info_differences(
     return diffs
 
 
+# /server_info values the simulator does not model, each with why. Every other recorded value (the resolved settings,
+# the speculative ones included, the token limits, the status) must be the simulator's, not only of the same type.
+NOT_MODELLED = {
+    # the replay runs a stand-in model elsewhere (recordings.Workspace), and its own command line
+    "*.model_path": "stand-in path",
+    "*.tokenizer_path": "stand-in path",
+    "*.speculative_draft_model_path": "stand-in path",
+    "*.served_model_name": "the stand-in's path where the recording named none",
+    "*.port": "the replay's free port",
+    "*.nccl_port": "the replay's free port",
+    "*.random_seed": "drawn at start",
+    "*.launch_command": "the replay's own command line",
+    # measured on the recording machine
+    "*.startup_time.*": "timings",
+    "*.memory_usage.weight": "measured GPU memory",
+    "*.memory_usage.kvcache": "measured GPU memory",
+    "*.memory_usage.startup_available": "measured GPU memory",
+    "*.memory_usage.graph.*": "measured GPU memory",
+    "*.last_gen_throughput": "measured",
+    "*.avg_spec_accept_length": "measured (test_nextn_without_mtp.py compares it where the simulator models it)",
+    # resolved at start from the GPU and the attention backend, which the simulator does not model
+    "*.cuda_graph_config.decode.bs": "capture sizes chosen from the GPU's memory",
+    "*.cuda_graph_config.prefill.bs": "capture sizes chosen from the GPU's memory",
+    "*.disable_chunked_prefix_cache": "set by the model runner from the attention backend",
+}
+# The KV pool is the simulator's estimate from free memory and the model's shape, except where the launch caps it
+# with --max-total-tokens: there the simulator claims the recorded value (simulator/README.md), so it is compared.
+KV_POOL = ("*.max_total_num_tokens", "*.memory_usage.token_capacity")
+# Values whose order real SGLang does not fix (set iteration): compared as sorted lists.
+UNORDERED = ("*._cuda_graph_config_locked",)
+# /metrics gauges that report settings: compared by value on every sample (the KV pool's where it is capped).
+SETTING_GAUGES = ("sglang:context_len", "sglang:page_size")
+KV_POOL_GAUGES = ("sglang:max_total_num_tokens", "sglang:num_pages")
+
+
+def kv_pool_capped(scenario: Scenario) -> bool:
+    return "--max-total-tokens" in scenario.args
+
+
+def _leaves(value: Any, path: str) -> Any:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, f"{path}.{key}")
+    elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        for index, item in enumerate(value):
+            yield from _leaves(item, f"{path}[{index}]")
+    else:
+        yield path, value
+
+
+def _at(value: Any, path: str) -> Any:
+    for part in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+        key, index = part
+        if key:
+            if not isinstance(value, dict) or key not in value:
+                return KeyError
+            value = value[key]
+        else:
+            if not isinstance(value, list) or int(index) >= len(value):
+                return KeyError
+            value = value[int(index)]
+    return value
+
+
+def server_info_value_differences(recorded: dict[str, Any], simulated: dict[str, Any], kv_capped: bool) -> list[str]:
+    """Recorded values the simulator answers otherwise (paths it lacks are the structure test's)."""
+    from fnmatch import fnmatchcase
+
+    excused = tuple(NOT_MODELLED) + (() if kv_capped else KV_POOL)
+    diffs = []
+    for path, value in _leaves(recorded, "$"):
+        sim = _at(simulated, path)
+        if sim is KeyError or value is None or value == REDACTED or any(fnmatchcase(path, p) for p in excused):
+            continue
+        if any(fnmatchcase(path, p) for p in UNORDERED):
+            value, sim = sorted(map(json.dumps, value)), sorted(map(json.dumps, sim))
+        if value != sim:
+            diffs.append(f"{path}: {json.dumps(sim)}, real SGLang {json.dumps(value)}")
+    return diffs
+
+
+def metric_value_differences(recorded: str, simulated: str, kv_capped: bool) -> list[str]:
+    def samples(text: str, name: str) -> dict[str, float]:
+        pattern = rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$"
+        return {labels: float(value) for labels, value in re.findall(pattern, text, re.MULTILINE)}
+
+    diffs = []
+    for name in SETTING_GAUGES + (KV_POOL_GAUGES if kv_capped else ()):
+        real = set(samples(recorded, name).values())
+        sim = set(samples(simulated, name).values())
+        if real and sim != real:
+            diffs.append(f"{name}: {sorted(sim)}, real SGLang {sorted(real)}")
+    return diffs
+
+
 # -- tests ---------------------------------------------------------------------------------------------
 
 
@@ -157,6 +255,56 @@ def test_server_info_has_every_recorded_field(replayed: Replay) -> None:
     assert not diffs, _report(scenario.id, diffs)
 
 
+def test_server_info_and_setting_gauges_hold_the_recorded_values(replayed: Replay) -> None:
+    """Values, not only structure: every recorded /server_info value the simulator models (NOT_MODELLED lists the
+    rest, with why), and the gauges that report settings."""
+    scenario = replayed.scenario
+    capped = kv_pool_capped(scenario)
+    diffs: list[str] = []
+    for label, recorded_stages, answers in (
+        ("/server_info", scenario.server_info, replayed.server_info),
+        ("/get_server_info", scenario.get_server_info, replayed.get_server_info),
+    ):
+        for stage, recorded in recorded_stages.items():
+            if answers[stage].status == recorded["status"] == 200:
+                found = server_info_value_differences(recorded["body"], answers[stage].json(), capped)
+                diffs += [f"{label} ({stage or 'after'}) {d}" for d in found]
+    for stage, text in scenario.metrics.items():
+        found = metric_value_differences(text, replayed.metrics[stage], capped)
+        diffs += [f"metrics{'.' + stage if stage else ''}: {d}" for d in found]
+    assert not diffs, _report(scenario.id, diffs)
+
+
+def test_the_recordings_hold_capped_kv_pools_to_compare() -> None:
+    """The KV pool is compared only where --max-total-tokens caps it: some recordings must."""
+    assert [s.id for s in SCENARIOS if kv_pool_capped(s)], "no recording caps the KV pool: max_total_num_tokens unchecked"
+
+
+def test_a_changed_value_is_reported(replayed: Replay) -> None:
+    """The value comparison catches a doubled token limit, a changed speculative setting and a changed status."""
+    scenario = replayed.scenario
+    stage, recorded = next(iter(scenario.server_info.items()))
+    body = replayed.server_info[stage].json()
+    capped = kv_pool_capped(scenario)
+    assert not server_info_value_differences(recorded["body"], body, capped)
+    doubled = copy.deepcopy(body)
+    doubled["max_total_num_tokens"] *= 2
+    doubled["internal_states"][0]["page_size"] += 1
+    doubled["max_req_input_len"] -= 1
+    found = server_info_value_differences(recorded["body"], doubled, capped)
+    assert ("$.max_total_num_tokens: " in " ".join(found)) is capped
+    assert any(d.startswith("$.internal_states[0].page_size: ") for d in found)
+    assert any(d.startswith("$.max_req_input_len: ") for d in found)
+    if recorded["body"].get("speculative_num_steps") is not None:  # a speculative launch
+        respeculated = copy.deepcopy(body)
+        respeculated["speculative_num_steps"] += 1
+        found = server_info_value_differences(recorded["body"], respeculated, capped)
+        assert any(d.startswith("$.speculative_num_steps: ") for d in found)
+    restated = copy.deepcopy(body)
+    restated["status"] = "starting"
+    assert any(d.startswith("$.status: ") for d in server_info_value_differences(recorded["body"], restated, capped))
+
+
 def test_avg_spec_accept_length_appears_like_real_sglang(replayed: Replay) -> None:
     """Absent before the first decode-log window, present after it (when the recording shows both)."""
     scenario = replayed.scenario
@@ -181,8 +329,7 @@ def test_metrics_have_every_recorded_family_and_label(replayed: Replay) -> None:
 def test_health_while_starting(replayed: Replay) -> None:
     """Refused until HTTP binds, then 503 with an empty body during warmup, then 200 with an empty body."""
     recorded = replayed.scenario.timeline.get("health_transitions")
-    if not recorded:
-        pytest.skip("the recording has no health transitions")
+    assert recorded, f"{replayed.scenario.id}: the recording has no health transitions (every recording needs them)"
     for path, transitions in recorded.items():
         real = [(t["status"], t["body"]) for t in transitions]
         assert replayed.health[path] == real, f"{path}: simulator {replayed.health[path]}, real SGLang {real}"
@@ -190,8 +337,7 @@ def test_health_while_starting(replayed: Replay) -> None:
 
 def test_exit_status_after_sigterm(replayed: Replay) -> None:
     shutdown = replayed.scenario.timeline.get("shutdown")
-    if not shutdown:
-        pytest.skip("the recording has no shutdown")
+    assert shutdown, f"{replayed.scenario.id}: the recording has no shutdown (every recording needs its exit status)"
     assert replayed.returncode == shutdown["returncode"], replayed.log[-2000:]
 
 
@@ -232,8 +378,8 @@ def test_failed_launches(failure: Failure, workspaces: dict[str, Workspace]) -> 
 
 def test_a_field_removed_from_the_simulator_is_reported(replayed: Replay) -> None:
     scenario = replayed.scenario
-    if not scenario.server_info:
-        pytest.skip("no /server_info recording")
+    assert scenario.server_info, f"{scenario.id}: the recording has no /server_info (every recording needs one)"
+    assert scenario.metrics, f"{scenario.id}: the recording has no /metrics (every recording needs one)"
     stage, recorded = next(iter(scenario.server_info.items()))
     body = replayed.server_info[stage].json()
     version = str(body.get("version"))
@@ -277,14 +423,18 @@ def test_recordings_are_complete() -> None:
         assert (recording.path / "README.md").read_text().strip()
     for scenario in SCENARIOS:
         assert scenario.args, scenario.id
+        # What the tests above replay from every scenario: a thinner recording fails here, never skips there.
+        assert scenario.timeline.get("health_transitions"), f"{scenario.id}: no health transitions"
+        assert scenario.timeline.get("shutdown"), f"{scenario.id}: no shutdown"
+        assert scenario.server_info and scenario.metrics, f"{scenario.id}: no /server_info or /metrics"
+        assert scenario.exchanges, f"{scenario.id}: no requests"
     assert all(f.log_path.exists() for f in FAILURES)
 
 
 def test_the_pipeline_layout_is_read_and_replayed(tmp_path: Path) -> None:
     """A folder as tests/hardware/driver.py writes it (one directory per tag) is replayed like the flat one."""
     source = next((s for s in SCENARIOS if s.name == "nextn" and s.server_info and s.metrics), None)
-    if source is None:
-        pytest.skip("no flat nextn recording to convert")
+    assert source is not None, "no flat nextn recording with /server_info and /metrics to convert"
     folder = tmp_path / "sglang-pipeline"
     tag = folder / "nextn"
     tag.mkdir(parents=True)

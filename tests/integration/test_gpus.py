@@ -91,6 +91,31 @@ def test_preflight_refuses_a_deploy_whose_instance_cannot_reach_its_gpu(sandbox:
     assert unit_starts("b200") == before and file_digests("b200") == files
 
 
+def test_preflight_fails_the_host_whose_runtime_lacks_the_checks_script(sandbox: Run, tmp_path: Path) -> None:
+    """The check's script removed from b200's runtime: the check cannot run, so the instance it would check fails."""
+    package = on_host(
+        "b200", SIMULATOR_PYTHON, "-c", "import os, sglang_simulator; print(os.path.dirname(sglang_simulator.__file__))"
+    ).strip()
+    script = f"{package}/cuda_check.py"
+    before, files = unit_starts("b200"), file_digests("b200")
+    on_host("b200", "mv", script, f"{script}.removed")
+    try:
+        inventory = overlay_inventory(
+            tmp_path, host_vars={"b200": {"sglang_instance_overrides": {3: {"server_args": {"max-running-requests": 256}}}}}
+        )
+        refused = run_playbook("deploy.yml", inventory=inventory, limit="b200")
+    finally:
+        on_host("b200", "mv", f"{script}.removed", script)
+    messages = "\n".join(refused.failure_messages())
+    assert refused.rc != 0
+    assert (
+        "b200 instance sglang-30003: sglang_gpu_ids=[3]: CUDA smoke check in the unit's sandbox failed: "
+        "the check's script is missing (" in messages
+    ), messages
+    assert "No module named sglang_simulator.cuda_check" in messages
+    assert unit_starts("b200") == before and file_digests("b200") == files
+
+
 def test_the_device_nodes_unit_creates_the_uvm_node_every_instance_needs(sandbox: Run, tmp_path: Path) -> None:
     for dependency in ("Wants", "After"):
         assert "sglang-nvidia-devices.service" in on_host(

@@ -67,9 +67,20 @@ def test_skip_tokenizer_init_warms_up_without_the_chat_template(start_server: St
 
 
 def test_a_text_only_architecture_needs_neither(start_server: Start, tmp_path: Path) -> None:
+    """No processor and no chat template: a text-only architecture loads no image processor and warms up with
+    /generate, so it starts, serves and stays up."""
     model = make_model(tmp_path / "model", architecture="Qwen3ForCausalLM", processor=False)
+    assert not (model / "preprocessor_config.json").exists() and not (model / "chat_template.jinja").exists()
     server = start_server(["--model-path", str(model)], **FAST)
     server.wait_ready(timeout=20)
+    generated = server.get(
+        "/generate", method="POST", body={"text": "Hi", "sampling_params": {"max_new_tokens": 4}}
+    )
+    assert generated.status == 200 and generated.json()["meta_info"]["completion_tokens"] == 4
+    assert server.proc.poll() is None
+    log = server.stop()
+    assert "The server is fired up" in log
+    assert "Can't load image processor" not in log and "warmup error" not in log
 
 
 def test_the_sandbox_repository_serves_and_stops_at_its_generation_config_eos(

@@ -72,14 +72,37 @@ def test_tensor_parallel_instances_also_all_reduce(plan: Plan, tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("output", "ok"),
+    "output",
     [
-        ("/opt/sglang/sglang-0.5.23/bin/python: can't open file '/opt/sglang/sglang-0.5.23/cuda_smoke_check.py'", True),
-        ("Failed to start transient service unit: Unit sglang-cuda-check.service has a bad unit file setting.", False),
+        "Failed to start transient service unit: Unit sglang-cuda-check.service has a bad unit file setting.",
+        "",
     ],
 )
-def test_a_runtime_without_the_check_is_skipped_but_a_failing_start_is_a_problem(output: str, ok: bool) -> None:
-    assert sglang_cuda_check.verdict(output, 1)["ok"] is ok
+def test_a_check_that_did_not_run_is_a_problem(output: str) -> None:
+    result = sglang_cuda_check.verdict(output, 1)
+    assert result["ok"] is False
+    assert result["error"] == f"the check did not run: {output or 'exit status 1'}"
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "/opt/sglang/sglang-0.5.23/bin/python: can't open file '/opt/sglang/sglang-0.5.23/cuda_smoke_check.py': "
+        "[Errno 2] No such file or directory",
+        "/opt/sglang/simulator-0.5.23/bin/python: No module named sglang_simulator.cuda_check",
+    ],
+)
+def test_a_missing_script_fails_that_hosts_preflight_naming_the_instance(plan: Plan, tmp_path: Path, output: str) -> None:
+    """No runtime of any sglang-fleet release lacks the check: a missing script is an incomplete runtime, not a pass."""
+    instance = plan("b200")["instances"][2]
+    result = sglang_cuda_check.run_checks(
+        "b200", [instance], [[]], {}, ["py", "check.py"], 60, lambda argv, **_: FakeProcess(argv, output, 1), str(tmp_path)
+    )
+    assert result["checked"][instance["name"]]["ok"] is False
+    assert result["problems"] == [
+        f"b200 instance sglang-30002: sglang_gpu_ids=[2]: CUDA smoke check in the unit's sandbox failed: "
+        f"the check's script is missing ({output}); fix: {sglang_cuda_check.FIX_MISSING}"
+    ]
 
 
 def test_a_check_that_hangs_is_a_problem(plan: Plan, tmp_path: Path) -> None:

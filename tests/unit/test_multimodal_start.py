@@ -505,8 +505,10 @@ def test_static_refresh_rewrites_only_the_multimodal_keys(extract: Any, tmp_path
     table = tmp_path / "sglang-0.5.23.json"
     table.write_text(extract.dump(before))
     monkeypatch.setattr(extract, "table_path", lambda version: tmp_path / f"sglang-{version}.json")
+    monkeypatch.setattr(extract, "simulator_table_path", lambda version: tmp_path / f"simulator-sglang-{version}.json")
     package = sglang_package(tmp_path / "wheel")
     assert extract.refresh_static(package) == 0
+    assert (tmp_path / "simulator-sglang-0.5.23.json").read_bytes() == table.read_bytes(), "the simulator's copy too"
     after = json.loads(table.read_text())
     assert after["source"] == before["source"] + " " + extract.MULTIMODAL_SOURCE
     assert {key: value for key, value in after.items() if key not in (*extract.MULTIMODAL_KEYS, "source")} == {

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 Plan = Callable[..., dict[str, Any]]
@@ -81,11 +86,41 @@ def test_instance_count_limits_the_instances(plan: Plan) -> None:
 
 def test_environment_reaches_every_instance(plan: Plan) -> None:
     instances = plan("b200", sglang_environment={"NCCL_DEBUG": "WARN"})["instances"]
-    assert all(i["environment"]["NCCL_DEBUG"] == "WARN" for i in instances)
+    assert len(instances) == 7
+    assert [i["environment"]["NCCL_DEBUG"] for i in instances] == ["WARN"] * 7
 
 
-def test_derivation_is_deterministic(plan: Plan) -> None:
-    assert plan("b200") == plan("b200")
+PLAN_IN_A_NEW_PROCESS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from conftest import host_facts, plan_settings
+from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
+model, tables = json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+print(json.dumps(sglang_plan(plan_settings("b200"), host_facts("b200", model), tables)))
+"""
+
+
+def test_derivation_is_the_same_in_every_process(
+    plan: Plan, model_facts: dict[str, Any], support_tables: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """The plan is a function of its inputs only: two fresh interpreters with different hash seeds (set and str hash
+    order) give this one's instances, byte for byte."""
+    from fleet import ROOT
+
+    (tmp_path / "model.json").write_text(json.dumps(model_facts))
+    (tmp_path / "tables.json").write_text(json.dumps(support_tables))
+    here = plan("b200")
+    assert here["problems"] == [] and len(here["instances"]) == 7
+    inputs = [str(ROOT / "tests"), str(tmp_path / "model.json"), str(tmp_path / "tables.json")]
+    for seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-c", PLAN_IN_A_NEW_PROCESS, *inputs],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert done.stdout.strip() == json.dumps(here), f"PYTHONHASHSEED={seed}"
 
 
 def test_gpus_are_named_by_uuid_and_allowed_by_their_own_device_node(plan: Plan) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .cache_pools import RequestCap, mamba_cache_size_given, resolve_max_num_reqs
+from .cache_pools import RequestCap, gdn_shape, mamba_cache_size_given, resolve_max_num_reqs
 from .draft import accept_length_for, draft_from_target
 from .errors import StartupError
 from .facts import Facts
@@ -25,6 +25,7 @@ from .resolve import (
     EAGLE_FAMILY,
     MemoryPlan,
     default_accept_length,
+    resolve_mamba_radix_cache,
     resolve_memory,
     resolve_serving,
     resolve_speculative,
@@ -56,6 +57,7 @@ class Plan:
     world_size: int
     process_name: str
     memory_error: StartupError | None
+    resolutions: tuple[tuple[str, dict[str, Any]], ...] = ()
 
 
 def base_settings(parsed: Mapping[str, Any], facts: Facts) -> dict[str, Any]:
@@ -196,6 +198,8 @@ class Resolved:
     model: ModelInfo
     inventory: Inventory
     memory: MemoryPlan
+    # What the post-processing passes declared, in order (ServerArgs._resolved_overrides's leading entries).
+    resolutions: tuple[tuple[str, dict[str, Any]], ...] = ()
 
 
 def mamba_cap(settings: Mapping[str, Any], model: ModelInfo, tokens: int) -> RequestCap | None:
@@ -226,7 +230,9 @@ def resolve_launch(parsed: Mapping[str, Any], knobs: Knobs, facts: Facts, log: L
     """Read the model config and resolve the arguments, or fail like SGLang."""
     settings = base_settings(parsed, facts)
     model = load_model(str(settings["model_path"]))
-    resolve_serving(settings)
+    resolve_serving(settings, model.architecture)
+    mamba = resolve_mamba_radix_cache(settings, model.architecture, gdn_shape(settings, model) is not None)
+    resolutions = (("_mamba_radix_cache_resolution", mamba),) if mamba else ()
     try:
         inventory = load_inventory(knobs.gpus_file)
     except GpuError as exc:
@@ -235,7 +241,7 @@ def resolve_launch(parsed: Mapping[str, Any], knobs: Knobs, facts: Facts, log: L
     if knobs.ignore_speculative:
         settings["speculative_algorithm"] = None  # the silent failure
     resolve_speculative(settings, model.architecture, facts, log)
-    return Resolved(settings, model, inventory, memory)
+    return Resolved(settings, model, inventory, memory, resolutions)
 
 
 def _capped_by_user(tokens: int, settings: Mapping[str, Any], log: LogAdapter) -> int:
@@ -309,4 +315,5 @@ def place_launch(
         process_name="sglang::scheduler" + ("_TP0" if tp > 1 else ""),
         memory_error=memory_error(settings, weights_mib, free_mib, memory.mem_fraction_static)
         or mamba_cache_error(cap),
+        resolutions=resolved.resolutions,
     )

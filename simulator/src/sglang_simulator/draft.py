@@ -87,7 +87,7 @@ def draft_from_target(settings: Mapping[str, Any], model: ModelInfo) -> str | No
         return None
     if model.architecture not in MTP_HEAD_ARCHS:
         return TARGET_AS_DRAFT
-    # The product's rule (plugins/module_utils/mtp.py, linked in): the names the heads' loaders take.
+    # The names the head's loader takes (mtp.py, read from SGLang's model files).
     return UNTRAINED_HEAD if model.has_mtp_weights() is False else MTP_HEAD
 
 

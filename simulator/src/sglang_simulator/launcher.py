@@ -142,6 +142,11 @@ class Launch:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stop_signal = signum
+        # Real SGLang's SIGTERM handler (managers/tokenizer_manager.py sigterm_handler) sets
+        # gracefully_exit at once: from then on /health and /ready answer 503
+        # (tests/contract/test_http_0_5_23.py).
+        if signum == signal.SIGTERM and self.server is not None:
+            self.server.app.gracefully_exit = True
         self.stop.set()
 
     def _wait(self, seconds: float | None) -> bool:

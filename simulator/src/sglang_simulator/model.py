@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import StartupError
-from .mtp import has_mtp_tensors
+from .mtp import has_head_tensors
 
 _MIB = 1 << 20
 
@@ -65,10 +65,12 @@ class ModelInfo:
         return 2
 
     def has_mtp_weights(self) -> bool | None:
-        """True/False from the tensor names (sglang-fleet's preflight rule); None when they are unknown."""
+        """Whether the draft head of this architecture finds its tensors (mtp.py, from SGLang's
+        loaders); None when the tensor names are unknown."""
         if self.tensor_names is None:
             return None
-        return has_mtp_tensors(self.tensor_names, self.text_config.get("num_hidden_layers"))
+        layers = self.text_config.get("num_hidden_layers")
+        return has_head_tensors(self.architecture, self.tensor_names, layers)
 
     def kv_bytes_per_token(self, tp_size: int) -> int:
         """Rough bf16 KV-cache bytes per token and TP rank."""

@@ -53,11 +53,60 @@ EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "STANDALONE"})
 SPEC_MAX_RUNNING_REQUESTS = 48
 
 
-def resolve_serving(settings: dict[str, Any]) -> None:
+def resolve_serving(settings: dict[str, Any], architecture: str = "") -> None:
     if settings.get("tokenizer_path") is None:
         settings["tokenizer_path"] = settings["model_path"]
     if settings.get("served_model_name") is None:
         settings["served_model_name"] = settings["model_path"]
+    # arg_groups/serving_hook.py: "auto" is round_robin, or follow_bootstrap_room for a PD prefill server.
+    if settings.get("load_balance_method") == "auto":
+        prefill = settings.get("disaggregation_mode") == "prefill"
+        settings["load_balance_method"] = "follow_bootstrap_room" if prefill else "round_robin"
+    # server_args.py resolve_encoder_transfer_backend (pd_disaggregation_hook.py).
+    if settings.get("encoder_transfer_backend") == "auto":
+        tp_size = int(settings.get("tp_size") or 1)
+        kimi = architecture == "KimiK3ForConditionalGeneration" and tp_size > 1
+        settings["encoder_transfer_backend"] = "zmq_to_tokenizer" if kimi else "zmq_to_scheduler"
+
+
+# arg_groups/overrides.py _MAMBA_EXTRA_BUFFER_ARCHS (of them the simulator sizes Qwen3-Next and Qwen3.5).
+_MAMBA_EXTRA_BUFFER_ARCHS = frozenset(
+    {
+        "KimiLinearForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5ForCausalLM",
+        "Qwen3NextForCausalLM",
+        "Qwen4ExpForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration",
+        "MiniCPMV4_6ForConditionalGeneration",
+    }
+)
+
+
+def resolve_mamba_radix_cache(
+    settings: dict[str, Any], architecture: str, hybrid: bool
+) -> dict[str, Any] | None:
+    """arg_groups/overrides.py _mamba_radix_cache_resolution: what it declares (also in
+    ``_resolved_overrides``), applied to the settings; None for a model without a mamba radix cache."""
+    if not hybrid or settings.get("disable_radix_cache"):
+        return None
+    declared: dict[str, Any] = {"uses_mamba_radix_cache": True}
+    if settings.get("mamba_radix_cache_strategy") == "auto":
+        wants_overlap = not settings.get("disable_overlap_schedule")
+        page_size = settings.get("page_size")
+        wants_paging = page_size is not None and int(page_size) > 1
+        # supports_mamba_cache_extra_buffer
+        triton = settings.get("linear_attn_backend") == "triton"
+        supported = architecture in _MAMBA_EXTRA_BUFFER_ARCHS and triton
+        if (wants_overlap or wants_paging) and supported:
+            declared["mamba_radix_cache_strategy"] = "extra_buffer"
+        else:
+            declared["mamba_radix_cache_strategy"] = "no_buffer"
+            declared["disable_overlap_schedule"] = True
+    settings.update({key: value for key, value in declared.items() if key != "uses_mamba_radix_cache"})
+    return declared
 
 
 # ---------------------------------------------------------------------------

@@ -154,6 +154,17 @@ def _always_resolved(plan: Plan) -> dict[str, Any]:
     }
 
 
+def cuda_graph_config_locked(settings: dict[str, Any]) -> list[list[str]]:
+    """The cuda_graph_config fields the command line set (real SGLang lists them in set order,
+    which the contract test ignores): both phases' backends, and each phase's max batch size given
+    by its flag (recorded with --cuda-graph-max-bs-decode)."""
+    locked = [["prefill", "backend"], ["decode", "backend"]]
+    for phase in ("decode", "prefill"):
+        if settings.get(f"cuda_graph_max_bs_{phase}") is not None:
+            locked.append([phase, "max_bs"])
+    return locked
+
+
 def resolved_dict(plan: Plan) -> dict[str, Any]:
     out = dict(plan.settings)
     out["enable_dp_attention"] = int(out.get("attn_dp_size") or 1) > 1
@@ -184,7 +195,9 @@ def server_info(
     without ``tokenizer_e2e``, and ``avg_spec_accept_length`` only after the first decode-log window.
     """
     version = version or release()
-    max_req_input_len = max(1, min(plan.context_length, plan.max_total_num_tokens) - 1)
+    # managers/tp_worker.py: max_req_len = min(context_len - 1, kv_capacity - 1); max_req_input_len = that - 5
+    # (recorded: 2042 for a 2048 context).
+    max_req_input_len = max(1, min(plan.context_length - 1, plan.max_total_num_tokens - 1) - 5)
     state = resolved_dict(plan)
     state.pop("custom_sigquit_handler", None)  # top level only
     if state.get("pp_max_micro_batch_size") is None:
@@ -192,13 +205,14 @@ def server_info(
     state.update(
         {
             "_resolved_overrides": [
+                *([name, declared] for name, declared in plan.resolutions),
                 ["_page_size_default", {"page_size": plan.settings.get("page_size") or 1}],
                 ["_data_parallelism_defaults", {"enable_dp_attention": False, "enable_dp_lm_head": False}],
                 ["_speculative_moe_runner_default", {"speculative_moe_runner_backend": "auto"}],
             ],
             "grpc_worker_threads": plan.settings.get("grpc_worker_threads") or 4,
             "_quantization_explicitly_unset": False,
-            "_cuda_graph_config_locked": [["prefill", "backend"], ["decode", "backend"]],
+            "_cuda_graph_config_locked": cuda_graph_config_locked(plan.settings),
             "max_speculative_num_draft_tokens": plan.settings.get("speculative_num_draft_tokens"),
         }
     )

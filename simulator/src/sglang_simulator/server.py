@@ -126,8 +126,39 @@ def _max_tokens(body: Mapping[str, Any], *names: str, default: int | None) -> in
     return default
 
 
+def route_table(version: str, enable_metrics: bool) -> dict[str, dict[str, str]]:
+    """The routes the simulator serves as `version`: path -> method -> Handler method name
+    (``/v1/models/{model:path}`` is matched by prefix)."""
+    routes: dict[str, dict[str, str]] = {
+        "/health": {"GET": "health"},
+        "/health_generate": {"GET": "health"},
+        "/model_info": {"GET": "model_info"},
+        "/get_model_info": {"GET": "get_model_info"},
+        "/server_info": {"GET": "server_info"},
+        "/get_server_info": {"GET": "get_server_info"},
+        "/v1/models": {"GET": "models"},
+        "/v1/models/{model:path}": {"GET": "model_card"},
+        "/generate": {"POST": "generate", "PUT": "generate"},
+        "/v1/chat/completions": {"POST": "chat_completions"},
+        "/v1/completions": {"POST": "completions"},
+        "/v1/loads": {"GET": "loads"},
+    }
+    if responses.is_legacy(version):
+        routes["/get_load"] = {"GET": "get_load"}  # gone in 0.5.23
+    else:
+        routes["/ready"] = {"GET": "ready"}  # 0.5.17 has none (recorded: 404 with the key)
+    if enable_metrics:
+        routes["/metrics"] = {"GET": "metrics"}
+    return routes
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY, as uvicorn (which real SGLang runs) sets on every connection: without it, on a kept-alive
+    # connection the second write of an answer waited for the client's delayed ACK (Nagle), ~40 ms a request.
+    disable_nagle_algorithm = True
+    # Buffered: an answer's status line, headers and body leave in one write (_send and _stream flush).
+    wbufsize = 1 << 16
     server_version = "uvicorn"
     sys_version = ""
     app: App  # set on the subclass built by make_server
@@ -173,6 +204,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if body and self.command != "HEAD":
             self.wfile.write(body)
+        self.wfile.flush()
         self._access_log(status, counted)
 
     def _send_json(self, status: int, obj: Any) -> None:
@@ -232,26 +264,12 @@ class Handler(BaseHTTPRequestHandler):
         )
 
     def _routes(self) -> dict[str, dict[str, Callable[[], None]]]:
-        routes: dict[str, dict[str, Callable[[], None]]] = {
-            "/health": {"GET": self.health},
-            "/health_generate": {"GET": self.health},
-            "/model_info": {"GET": self.model_info},
-            "/get_model_info": {"GET": self.get_model_info},
-            "/server_info": {"GET": self.server_info},
-            "/get_server_info": {"GET": self.get_server_info},
-            "/v1/models": {"GET": self.models},
-            "/generate": {"POST": self.generate, "PUT": self.generate},
-            "/v1/chat/completions": {"POST": self.chat_completions},
-            "/v1/completions": {"POST": self.completions},
-            "/v1/loads": {"GET": self.loads},
+        table = route_table(self.app.version, bool(self.app.settings.get("enable_metrics")))
+        return {
+            path: {method: getattr(self, name) for method, name in methods.items()}
+            for path, methods in table.items()
+            if "{" not in path
         }
-        if responses.is_legacy(self.app.version):
-            routes["/get_load"] = {"GET": self.get_load}  # gone in 0.5.23
-        else:
-            routes["/ready"] = {"GET": self.ready}  # 0.5.17 has none (recorded: 404 with the key)
-        if self.app.settings.get("enable_metrics"):
-            routes["/metrics"] = {"GET": self.metrics}
-        return routes
 
     def _dispatch(self) -> None:
         if not self._authorized():
@@ -674,6 +692,7 @@ def _sse(obj: Any) -> bytes:
 
 
 class SimHTTPServer(ThreadingHTTPServer):
+    app: App  # the state its handlers serve (make_server)
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 1024  # load tests open many connections at once
@@ -684,7 +703,9 @@ def make_server(app: App, host: str, port: int) -> SimHTTPServer:
     server_class: type[SimHTTPServer] = SimHTTPServer
     if ":" in host:
         server_class = type("SimHTTPServer6", (SimHTTPServer,), {"address_family": socket.AF_INET6})
-    return server_class((host, port), handler)
+    server = server_class((host, port), handler)
+    server.app = app
+    return server
 
 
-__all__ = ["App", "SimHTTPServer", "Status", "make_server"]
+__all__ = ["App", "SimHTTPServer", "Status", "make_server", "route_table"]
