@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from ansible_collections.sglang.fleet.plugins.module_utils import safe_write
+
 
 class RouterError(Exception):
     """The router did not answer, or answered something unexpected. ``status`` is the HTTP status when there was one."""
@@ -247,12 +249,9 @@ def workers_file_content(listed: Sequence[Mapping[str, Any]]) -> str:
 
 
 def read_text(path: str) -> str | None:
-    """A file's text, or None when it does not exist."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
+    """A file's text, or None when it does not exist; a link there is refused (safe_write.LinkRefused), never read."""
+    data = safe_write.read_file(path)
+    return None if data is None else data.decode("utf-8")
 
 
 def members_in_sync(

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead
+from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead, safe_write
 from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import routers_differences
 
@@ -83,26 +82,13 @@ answers:
 
 
 def read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
+    """The file's bytes, None when missing; a link there is refused (safe_write.LinkRefused)."""
+    return safe_write.read_file(path)
 
 
 def write(path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
-    """Replaces the file atomically: readers see the old or the new content, never a part."""
-    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            os.fchown(out.fileno(), uid, gid)
-            os.fchmod(out.fileno(), mode)
-            out.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    """Replaces the file atomically: readers see the old or the new content, never a part; never through a link."""
+    safe_write.write_file(path, data, mode, uid, gid)
 
 
 def apply(spec: dict[str, Any], check_mode: bool) -> tuple[bool, dict[str, str] | None]:
@@ -117,14 +103,13 @@ def apply(spec: dict[str, Any], check_mode: bool) -> tuple[bool, dict[str, str] 
         if not check_mode:
             raise
         uid = gid = -1  # the account a real run creates first does not exist yet: the file will change
-    status = None if current is None else os.stat(path)
+    status = None if current is None else os.lstat(path)
     attributes_differ = status is not None and probe_ahead.attributes_differ(status, spec["owner"], spec["group"], mode)
     if not check_mode:
         if content_differs:
             write(path, data, uid, gid, mode)
         elif attributes_differ:
-            os.chown(path, uid, gid)
-            os.chmod(path, mode)
+            safe_write.set_attributes(path, mode, uid, gid)
     diff = None
     if spec.get("diff", True) and content_differs:
         before = "" if current is None else current.decode(errors="replace")

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils import safe_write, sglang_router_client
 
 DOCUMENTATION = r"""
 module: sglang_router_members
@@ -124,11 +123,8 @@ def keep_workers(path: str, listed: Sequence[Mapping[str, Any]], check_mode: boo
     except UnicodeDecodeError:
         pass
     if not check_mode:
-        temporary = f"{path}.tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
+        # The file is in the service account's home: written without following a link that account planted.
+        safe_write.write_file(path, content.encode(), 0o644)
     return True
 
 
