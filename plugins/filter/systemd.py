@@ -17,6 +17,11 @@ def systemd_exec_quote(argv: Iterable[Any]) -> str:
     """An argv list as an ExecStart= line: every word survives systemd's splitting and expansion as given."""
     words = []
     for word in (str(item) for item in argv):
+        character = _control_character(word)
+        if character:
+            # A newline ends the unit line whatever the quoting: what follows would be a line of its own (run as root
+            # after ExecStartPre=+). Preflight names the variable first; this is the last guard.
+            raise ValueError(f"{json.dumps(word)}: the control character {character} cannot be in a unit's command line")
         # systemd expands $VAR and %specifiers in ExecStart; double them to keep them literal.
         word = word.replace("%", "%%").replace("$", "$$")
         if word == "" or _NEEDS_QUOTES.search(word):
@@ -28,7 +33,7 @@ def systemd_exec_quote(argv: Iterable[Any]) -> str:
 def systemd_env_quote(value: Any) -> str:
     """A value for an EnvironmentFile= line (KEY=value), quoted when it needs to be."""
     text = str(value)
-    if "\n" in text:
+    if "\n" in text or "\r" in text or "\x00" in text:
         raise ValueError("environment values cannot span lines")
     if text == "" or _NEEDS_QUOTES.search(text):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

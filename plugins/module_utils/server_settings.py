@@ -181,6 +181,9 @@ TEXT_SETTINGS = (
     ("speculative", "sglang_speculative"),
     ("environment", "sglang_environment"),
     ("instance_overrides", "sglang_instance_overrides"),
+    ("venv_root", "sglang_venv_root"),
+    ("runtime_environment", "sglang_venv_runtime_environment"),
+    ("cuda_home", "cuda_home"),
 )
 
 
