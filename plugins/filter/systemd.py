@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import secret_dest
 
 _NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
 
@@ -132,7 +133,8 @@ def systemd_text_problems(host: str, variables: dict[str, Any], no_spaces: Itera
     problems = []
     spaced = set(no_spaces)
     for variable, value in variables.items():
-        shown = value if variable != "sglang_api_key" else "<hidden>"
+        secret_keys = isinstance(value, dict) and any(secret_dest(str(key).lstrip("-").replace("-", "_")) for key in value)
+        shown = "<hidden>" if variable == "sglang_api_key" or secret_keys else value
         character = _control_character(value)
         if character:
             problems.append(

@@ -103,7 +103,7 @@ def plan_host(
         )
         return {"instances": [], "problems": problems.lines}
     unknown_variable_problems(problems, settings.get("variable_names"), known_variables)
-    if control_problems(problems, settings) or control_character(settings.get("server_text")):
+    if control_problems(problems, settings, support) or control_character(settings.get("server_text")):
         # Such a value must not reach a template, not even preflight's check-mode rendering (the server role's
         # preflight names its own variables).
         return {"instances": [], "problems": problems.lines}

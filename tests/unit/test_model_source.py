@@ -421,7 +421,7 @@ def test_a_directory_linked_from_outside_is_refused_file_by_file(
     elsewhere.mkdir()
     (elsewhere / "a.json").write_text("{}")
     (model_dir / "linked").symlink_to(elsewhere)
-    with pytest.raises(ms.ModelSourceError, match="linked/a.json: its real path .* is outside src"):
+    with pytest.raises(ms.ModelSourceError, match=r"linked/a\.json: its real path .* is outside src"):
         ms.remote_files(local_source)
 
 

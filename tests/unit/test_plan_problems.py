@@ -275,6 +275,33 @@ def test_a_secret_is_never_shown_in_the_problem(plan: Plan) -> None:
 
 
 @pytest.mark.parametrize(
+    "server_args",
+    [
+        {"api-keys": "sk-MISSPELLED-1"},
+        {"ssl-keyfile-passwd": "sk-MISSPELLED-1"},
+        {"admin-api-keys": "sk-MISSPELLED-1"},
+        {"api_kay": "sk-MISSPELLED-1"},
+        {"ssl-keyfile-pasword": ["sk-MISSPELLED-1"]},
+        {"api-keys": "sk-MISSPELLED-1\n"},  # with a control character as well
+    ],
+    ids=["api-keys", "ssl-keyfile-passwd", "admin-api-keys", "api_kay", "ssl-keyfile-pasword", "control"],
+)
+def test_a_misspelled_secret_flag_s_value_is_in_no_output(plan: Plan, server_args: dict[str, Any]) -> None:
+    """Issue 38, finding 6: an unknown flag's problem printed its value; for a flag whose name, or its nearest known
+    flag, is a secret, the value is never shown (the problem still names the flag and suggests the right one)."""
+    for variables in ({"sglang_server_args": server_args}, {"sglang_instance_overrides": {1: {"server_args": server_args}}}):
+        result = plan("b200", **variables)
+        assert result["problems"], "the misspelling is still a problem"
+        assert "sk-MISSPELLED-1" not in json.dumps(result), result["problems"]
+        assert any("<hidden>" in problem for problem in result["problems"])
+
+
+def test_an_ordinary_misspelled_flag_still_shows_its_value(plan: Plan) -> None:
+    (problem,) = plan("b200", sglang_server_args={"tool-call-parserr": "qwen25"})["problems"]
+    assert '"qwen25"' in problem and "did you mean --tool-call-parser?" in problem
+
+
+@pytest.mark.parametrize(
     "key", ["model", "model-path", "tensor-parallel-size", "data-parallel-size", "pipeline-parallel-size", "config", "--port"]
 )
 def test_a_managed_setting_under_any_spelling_renders_no_second_flag(plan: Plan, key: str) -> None:

@@ -190,7 +190,7 @@ def test_a_newline_in_the_venv_root_is_refused_by_the_plan_and_never_reaches_a_u
     result = plan("b200", sglang_venv_root=injected)
     assert result["instances"] == [], "nothing with a control character reaches a template"
     assert any(
-        p.startswith('b200 host: sglang_venv_root="/opt/sglang\\nExecStartPre=+/bin/sh -c id": contains the control character U+000A')
+        p.startswith('b200 host: sglang_venv_root="/opt/sglang\\nExecStartPre=+/bin/sh -c id": contains the control character')
         and "; fix: " in p
         for p in result["problems"]
     ), result["problems"]
@@ -243,6 +243,14 @@ def test_a_control_character_in_a_router_variable_is_refused() -> None:
     assert len(problems) == 2
     assert problems[0].startswith('b200 router: sglang_router_log_level="warn\\n": contains the control character U+000A')
     assert problems[1].startswith("b200 router: sglang_router_extra_args=")
+
+
+def test_a_router_extra_arg_named_as_a_secret_is_never_shown() -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import systemd_text_problems
+
+    (problem,) = systemd_text_problems("b200", {"sglang_router_extra_args": {"api-keys": "sk-router\n"}}, where="router")
+    assert problem.startswith('b200 router: sglang_router_extra_args="<hidden>": contains the control character')
+    assert "sk-router" not in problem
 
 
 def test_the_simulator_runtime_starts_through_the_same_launcher(plan: Plan) -> None:
