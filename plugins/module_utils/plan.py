@@ -34,6 +34,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instances import deri
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
 from ansible_collections.sglang.fleet.plugins.module_utils.reshape import reshape
 from ansible_collections.sglang.fleet.plugins.module_utils.server_settings import (
+    check_environment,
     control_character,
     control_problems,
     unknown_variable_problems,
@@ -107,6 +108,9 @@ def plan_host(
         # Such a value must not reach a template, not even preflight's check-mode rendering (the server role's
         # preflight names its own variables).
         return {"instances": [], "problems": problems.lines}
+    # The runtime's environment (sglang_venv role) reaches every server and preflight's parser check: the same
+    # check as the servers' own environment (LD_*, PYTHON* refused).
+    check_environment(problems, support, "host", "sglang_venv_runtime_environment", settings.get("runtime_environment") or {})
     groups = checked_groups(problems, settings.get("instance_groups"))
     if groups is None:
         return {"instances": [], "problems": problems.lines}

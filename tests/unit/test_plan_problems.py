@@ -296,6 +296,18 @@ def test_a_misspelled_secret_flag_s_value_is_in_no_output(plan: Plan, server_arg
         assert any("<hidden>" in problem for problem in result["problems"])
 
 
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP"])
+def test_a_loader_variable_in_the_runtime_environment_is_refused(plan: Plan, name: str) -> None:
+    """Issue 38, finding 4: sglang_venv_runtime_environment reaches every server and the parser check (root before);
+    it goes through the servers' environment check."""
+    problems = plan("b200", sglang_venv_runtime_environment={name: "/tmp/evil.so", "SGLANG_SIM_SEED": "1"})["problems"]
+    assert [p for p in problems if "sglang_venv_runtime_environment" in p] == [
+        f'b200 host: sglang_venv_runtime_environment.{name}="/tmp/evil.so": LD_* and PYTHON* variables change what code '
+        f"the server (and its root start-up check) loads; fix: remove {name}; install libraries into the venv or the "
+        "system instead"
+    ]
+
+
 def test_an_ordinary_misspelled_flag_still_shows_its_value(plan: Plan) -> None:
     (problem,) = plan("b200", sglang_server_args={"tool-call-parserr": "qwen25"})["problems"]
     assert '"qwen25"' in problem and "did you mean --tool-call-parser?" in problem
