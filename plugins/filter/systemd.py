@@ -110,6 +110,13 @@ def sglang_server_unit_properties(instance: dict[str, Any], sandbox: list[str]) 
     return [*sandbox, *(f"DeviceAllow={device} rw" for device in instance["gpu_devices"])]
 
 
+def sglang_server_host_properties(instances: list[dict[str, Any]], sandbox: list[str]) -> list[str]:
+    """The confinement of a check made once for the host's instances (preflight's parser check): the host-wide
+    settings plus a DeviceAllow for each GPU node of any planned instance."""
+    devices = sorted({device for instance in instances for device in instance.get("gpu_devices") or []})
+    return sglang_server_unit_properties({"gpu_devices": devices}, sandbox)
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -174,5 +181,6 @@ class FilterModule:
             "systemd_hardening": systemd_hardening,
             "sglang_server_stale": sglang_server_stale,
             "sglang_server_unit_properties": sglang_server_unit_properties,
+            "sglang_server_host_properties": sglang_server_host_properties,
             "systemd_text_problems": systemd_text_problems,
         }

@@ -23,6 +23,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks impor
     gpu_and_port_problems,
     memory_problems,
     model_access_problems,
+    model_code_problems,
     model_problems,
     model_room_need,
     model_source_problems,
@@ -62,6 +63,7 @@ def plan_group(
         instance["weight_bytes"] = weight_bytes
     multimodal_start_problems(problems, settings, model, instances, support)
     model_access_problems(problems, settings, model)
+    model_code_problems(problems, support, settings, model, instances)
     return instances
 
 
