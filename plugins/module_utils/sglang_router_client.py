@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ansible_collections.sglang.fleet.plugins.module_utils import safe_write
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write
 
 
 class RouterError(Exception):
@@ -61,6 +61,9 @@ def request(
     import urllib.error
     import urllib.request
 
+    if api_key:
+        # The key goes only to the router itself: raises listeners.ListenerError for a port another process holds.
+        listeners.verify_listener(router_url, listeners.ROUTER_UNITS)
     data = json.dumps(payload).encode() if payload is not None else None
     req = urllib.request.Request(router_url.rstrip("/") + path, data=data, method=method)
     req.add_header("Content-Type", "application/json")  # the router answers 415 to a POST without it
@@ -267,7 +270,7 @@ def members_in_sync(
     not tell (never taken as in sync)."""
     try:
         listed = list_workers(router_url, api_key=api_key)
-    except (RouterError, OSError, ValueError) as error:
+    except (RouterError, OSError, ValueError, listeners.ListenerError) as error:
         return f"cannot list its workers: {error}"
     wanted = {normalize_url(url): str(model) for url, model in (models or {}).items()}
     changes = plan_changes(listed, planned, lambda url: None, keep_hosts, wanted)

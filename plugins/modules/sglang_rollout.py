@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import safe_write, sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, journal_tail, wait
 
 DOCUMENTATION = r"""
@@ -500,7 +500,7 @@ def main() -> None:
             elif spec in params["gateways"]:
                 # Not started yet (the run that adds it starts it after the servers), or not reachable from here.
                 module.warn(f"the gateway at {spec['url']} did not answer: these instances restart without leaving it")
-    except RolloutError as error:
+    except (RolloutError, listeners.ListenerError) as error:
         module.fail_json(msg=f"Rollout not started: {error}", changed=False, restarted={}, not_attempted=names)
     host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), routers=routers)
     if params["stop"]:

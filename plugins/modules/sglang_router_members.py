@@ -8,7 +8,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import safe_write, sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
 
 DOCUMENTATION = r"""
 module: sglang_router_members
@@ -102,6 +102,8 @@ def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) 
     """None when the worker answers 200 on `path`, else why not."""
     request = urllib.request.Request(url.rstrip("/") + path, method="GET")
     if api_key:
+        # The workers' key goes only to the instance itself (a squatter on its port while it loads gets nothing).
+        listeners.verify_listener(url, {listeners.instance_unit(url)})
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -210,6 +212,8 @@ def main() -> None:
             # keys this run replaces (the real run restarts it first): nothing to compare with.
             module.warn(f"router {params['router_url']}: cannot compare its workers in check mode: {error}")
             module.exit_json(changed=False, added=[], removed=[], skipped=[], msg=f"router {params['router_url']}: {error}")
+        module.fail_json(msg=f"router {params['router_url']}: {error}")
+    except listeners.ListenerError as error:
         module.fail_json(msg=f"router {params['router_url']}: {error}")
     except ValueError as error:
         module.fail_json(msg=str(error))

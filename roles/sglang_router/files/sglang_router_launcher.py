@@ -32,6 +32,7 @@ import runpy
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 ENTRY_POINT = "sglang_router.launch_router"
@@ -94,8 +95,55 @@ def post_worker(url: str, worker: dict[str, str], keys: dict[str, str]) -> int:
         return int(error.code)
 
 
-def register(url: str, workers: list[dict[str, str]], keys: dict[str, str], timeout: float = 300.0) -> list[str]:
-    """Waits until the router answers, then registers each worker; returns those it did not accept (202)."""
+def listening_inodes(port: int, proc: str = "/proc") -> set[int]:
+    """The inodes of the sockets listening on TCP `port` (/proc/net/tcp and tcp6; the fleet's module_utils/listeners.py
+    reads them the same way for the modules, which this standalone helper cannot import)."""
+    inodes = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"{proc}/net/{name}", encoding="utf-8") as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for fields in (line.split() for line in lines):
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(int(fields[9]))
+    return inodes
+
+
+def held_sockets(pid: int, proc: str = "/proc") -> set[int]:
+    """The socket inodes process `pid` holds open."""
+    found = set()
+    try:
+        descriptors = os.listdir(f"{proc}/{pid}/fd")
+    except OSError:
+        return found
+    for descriptor in descriptors:
+        try:
+            target = os.readlink(f"{proc}/{pid}/fd/{descriptor}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(int(target[len("socket:[") : -1]))
+    return found
+
+
+def stranger_on_port(url: str, router_pid: int, proc: str = "/proc") -> str | None:
+    """Why the keys must not go to `url`: a socket listening on its port that this router (`router_pid`, the launcher's
+    own process, where the router runs) does not hold - another process bound the port first. None when the router
+    holds every one (or nothing listens: the request then finds no answer)."""
+    port = urllib.parse.urlsplit(url).port or 80
+    strangers = listening_inodes(port, proc) - held_sockets(router_pid, proc)
+    if not strangers:
+        return None
+    return f"port {port} is held by a process other than this router (PID {router_pid}): no key was sent to {url}"
+
+
+def register(
+    url: str, workers: list[dict[str, str]], keys: dict[str, str], timeout: float = 300.0, router_pid: int | None = None
+) -> list[str]:
+    """Waits until the router answers, then registers each worker - only while the router (`router_pid`) holds its
+    port; returns those it did not register (202)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -109,6 +157,10 @@ def register(url: str, workers: list[dict[str, str]], keys: dict[str, str], time
         time.sleep(0.5)
     refused = []
     for worker in workers:
+        stranger = None if router_pid is None else stranger_on_port(url, router_pid)
+        if stranger:
+            print(f"sglang-fleet: {stranger}", file=sys.stderr, flush=True)
+            return [worker["url"] for worker in workers]
         try:
             status = post_worker(url, worker, keys)
         except OSError:
@@ -124,13 +176,14 @@ def register_in_background(url: str, keys: dict[str, str], path: str) -> None:
     workers = read_workers(path)
     if not workers:
         return
+    router_pid = os.getpid()  # the router runs in this process (runpy, below)
     child = os.fork()
     if child:
         os.waitpid(child, 0)
         return
     try:
         if os.fork() == 0:
-            refused = register(url, workers, keys)
+            refused = register(url, workers, keys, router_pid=router_pid)
             note = f"; not registered: {', '.join(refused)}" if refused else ""
             print(
                 f"sglang-fleet: registered {len(workers) - len(refused)} of {len(workers)} worker(s) from {path}{note}",

@@ -1,0 +1,182 @@
+"""Who listens on a TCP port of this host: port -> socket inode -> PID -> systemd unit (from /proc).
+
+The host facts report every listening port's holder (preflight: a port taken by another program); the fleet's senders
+of a key (the API key, a router's admin key) ask `verify_listener` first: a key goes to a local port only when every
+socket listening there belongs to the unit it is meant for. A port is free while its router restarts and while SGLang
+loads its model (it binds its HTTP port after loading): any local account could bind it first and collect the key.
+
+Standard library only (modules on Python >= 3.8). Reading other processes' descriptors needs root (the modules run
+as root); a process whose descriptors cannot be read holds no socket as far as this says, so it is never the
+expected holder either.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import socket
+from collections.abc import Collection, Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+TCP_LISTEN = "0A"
+
+
+class ListenerError(Exception):
+    """A key was about to go to a port held by a process other than the expected unit's: nothing was sent."""
+
+
+def unit_of(pid: int, proc: str = "/proc") -> str | None:
+    """The systemd service a process runs in, from its cgroup path (v1 or v2)."""
+    try:
+        with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        for part in reversed(line.rsplit(":", 1)[-1].split("/")):
+            if part.endswith(".service"):
+                return part
+    return None
+
+
+def process_name(pid: int, proc: str = "/proc") -> str:
+    try:
+        with open(f"{proc}/{pid}/comm", encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "?"
+
+
+def listening_sockets(tables: Iterable[str]) -> list[tuple[int, int]]:
+    """(port, socket inode) of every listening TCP socket, from /proc/net/tcp and tcp6 texts (a port may have more
+    than one: an address each, or SO_REUSEPORT)."""
+    sockets = []
+    for text in tables:
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == TCP_LISTEN:
+                sockets.append((int(fields[1].rsplit(":", 1)[1], 16), int(fields[9])))
+    return sockets
+
+
+def parse_listening(tables: list[str]) -> dict[int, int]:
+    """Socket inode by listening TCP port (the first socket of each port)."""
+    inodes: dict[int, int] = {}
+    for port, inode in listening_sockets(tables):
+        inodes.setdefault(port, inode)
+    return inodes
+
+
+def socket_owners(proc: str = "/proc", pids: Iterable[str] | None = None) -> dict[int, int]:
+    """PID by socket inode, from the open file descriptors of every process (or of `pids`)."""
+    owners: dict[int, int] = {}
+    for entry in os.listdir(proc) if pids is None else pids:
+        if not entry.isdigit():
+            continue
+        fd_dir = f"{proc}/{entry}/fd"
+        try:
+            descriptors = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for descriptor in descriptors:
+            try:
+                target = os.readlink(f"{fd_dir}/{descriptor}")
+            except OSError:
+                continue
+            match = re.fullmatch(r"socket:\[(\d+)\]", target)
+            if match:
+                owners.setdefault(int(match.group(1)), int(entry))
+    return owners
+
+
+def tcp_tables(proc: str = "/proc") -> list[str]:
+    tables = []
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"{proc}/net/{name}", encoding="utf-8") as handle:
+                tables.append(handle.read())
+        except OSError:
+            continue
+    return tables
+
+
+def holder(pid: int | None, proc: str = "/proc") -> dict[str, Any]:
+    return {"pid": pid, "name": process_name(pid, proc) if pid else "?", "unit": unit_of(pid, proc) if pid else None}
+
+
+def listening_ports(proc: str = "/proc") -> list[dict[str, Any]]:
+    """Every listening port with the process (PID, name, unit) that holds its first socket."""
+    owners = socket_owners(proc)
+    first = sorted(parse_listening(tcp_tables(proc)).items())
+    return [{"port": port, **holder(owners.get(inode), proc)} for port, inode in first]
+
+
+def port_holders(port: int, proc: str = "/proc") -> list[dict[str, Any]]:
+    """The holder of every socket listening on `port` (none when nothing listens)."""
+    inodes = [inode for found, inode in listening_sockets(tcp_tables(proc)) if found == port]
+    if not inodes:
+        return []
+    owners = socket_owners(proc)
+    return [holder(owners.get(inode), proc) for inode in inodes]
+
+
+def is_local(host: str) -> bool:
+    """Whether `host` (a URL's host) is this host: a loopback name or address, or an address this host can bind."""
+    if host in ("localhost", "") or host.endswith(".localhost"):
+        return True
+    try:
+        addresses = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:  # a name: local when one of its addresses is (the request resolves it the same way)
+            addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in socket.getaddrinfo(host, None)]
+        except (OSError, ValueError):
+            return False
+    return any(_bindable(address) for address in addresses)
+
+
+def _bindable(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether `address` is this host's: loopback, unspecified, or one it can bind a socket to."""
+    if address.is_loopback or address.is_unspecified:
+        return True
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((str(address), 0))
+        except OSError:
+            return False
+    return True
+
+
+def describe(found: dict[str, Any]) -> str:
+    if not found["pid"]:
+        return "a process this check cannot see"
+    unit = f", unit {found['unit']}" if found["unit"] else ", in no service unit"
+    return f"PID {found['pid']} ({found['name']}{unit})"
+
+
+def verify_listener(url: str, units: Collection[str], proc: str = "/proc") -> None:
+    """Raises ListenerError unless every socket listening on the port of `url`, a URL of this host, belongs to a
+    process of one of `units`. Nothing listening passes (the request then finds no answer); a URL of another host
+    passes (what protects a key across the network is TLS)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    if not is_local(parts.hostname or ""):
+        return
+    strangers = [found for found in port_holders(port, proc) if found["unit"] not in units]
+    if strangers:
+        raise ListenerError(
+            f"port {port} is held by {', '.join(describe(found) for found in strangers)}, not by {' or '.join(sorted(units))}: "
+            f"no key was sent to {parts.scheme}://{parts.netloc}"
+        )
+
+
+def instance_unit(url: str) -> str:
+    """The unit of the instance serving `url` (its port names it: sglang-<port>.service, module_utils/instances)."""
+    parts = urlsplit(url)
+    return f"sglang-{parts.port or 80}.service"
+
+
+# The router's and the fleet gateway's units (role sglang_router).
+ROUTER_UNITS = frozenset({"sglang-router.service", "sglang-gateway.service"})
