@@ -157,9 +157,9 @@ def fakes_in_this_process_are_the_expected_units(monkeypatch: pytest.MonkeyPatch
 
     from ansible_collections.sglang.fleet.plugins.module_utils import listeners
 
-    unit_of, verify = listeners.unit_of, listeners.verify_listener
+    unit_of, refuse = listeners.unit_of, listeners.refuse_strangers
     me = os.getpid()
     monkeypatch.setattr(listeners, "unit_of", lambda pid, proc="/proc": TESTS_OWN_UNIT if pid == me else unit_of(pid, proc))
     monkeypatch.setattr(
-        listeners, "verify_listener", lambda url, units, proc="/proc": verify(url, {*units, TESTS_OWN_UNIT}, proc)
+        listeners, "refuse_strangers", lambda port, url, holders, units: refuse(port, url, holders, {*units, TESTS_OWN_UNIT})
     )

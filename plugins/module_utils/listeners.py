@@ -1,8 +1,9 @@
 """Who listens on a TCP port of this host: port -> socket inode -> PID -> systemd unit (from /proc).
 
 The host facts report every listening port's holder (preflight: a port taken by another program); the fleet's senders
-of a key (the API key, a router's admin key) ask `verify_listener` first: a key goes to a local port only when every
-socket listening there belongs to the unit it is meant for. A port is free while its router restarts and while SGLang
+of a key (the API key, a router's admin key) open their connection with `urlopen`: a key goes to a local port only
+when the process that accepted the connection (or, while it waits in the queue, every socket listening there) belongs
+to the unit it is meant for. A port is free while its router restarts and while SGLang
 loads its model (it binds its HTTP port after loading): any local account could bind it first and collect the key.
 
 Standard library only (modules on Python >= 3.8). Reading other processes' descriptors needs root (the modules run
@@ -156,20 +157,77 @@ def describe(found: dict[str, Any]) -> str:
     return f"PID {found['pid']} ({found['name']}{unit})"
 
 
-def verify_listener(url: str, units: Collection[str], proc: str = "/proc") -> None:
-    """Raises ListenerError unless every socket listening on the port of `url`, a URL of this host, belongs to a
-    process of one of `units`. Nothing listening passes (the request then finds no answer); a URL of another host
-    passes (what protects a key across the network is TLS)."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    if not is_local(parts.hostname or ""):
-        return
-    strangers = [found for found in port_holders(port, proc) if found["unit"] not in units]
+def refuse_strangers(port: int, url: str, holders: list[dict[str, Any]], units: Collection[str]) -> None:
+    """Raises ListenerError when one of `holders` (of a socket on `port`) is not a process of one of `units`."""
+    strangers = [found for found in holders if found["unit"] not in units]
     if strangers:
         raise ListenerError(
             f"port {port} is held by {', '.join(describe(found) for found in strangers)}, not by {' or '.join(sorted(units))}: "
-            f"no key was sent to {parts.scheme}://{parts.netloc}"
+            f"no key was sent to {url}"
         )
+
+
+def _address(text: str) -> tuple[str, int]:
+    """A /proc/net/tcp{,6} address ("0100007F:7530") as (IP, port), an IPv4-mapped IPv6 address as its IPv4."""
+    host, port = text.split(":")
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw[::-1])), int(port, 16)
+    address = ipaddress.IPv6Address(b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
+    return str(address.ipv4_mapped or address), int(port, 16)
+
+
+def _endpoint(name: Any) -> tuple[str, int]:
+    address = ipaddress.ip_address(str(name[0]).split("%")[0])
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return str(mapped or address), int(name[1])
+
+
+def connection_inode(server: tuple[str, int], client: tuple[str, int], proc: str = "/proc") -> int | None:
+    """The inode of the server's side of the TCP connection `client` -> `server` (0 while it waits to be accepted);
+    None when there is no such connection."""
+    for text in tcp_tables(proc):
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9 and _address(fields[1]) == server and _address(fields[2]) == client:
+                return int(fields[9])
+    return None
+
+
+def verify_connection(sock: socket.socket, url: str, units: Collection[str], proc: str = "/proc") -> None:
+    """Raises ListenerError unless the process at the other end of the connected `sock`, when it is on this host,
+    belongs to one of `units`: the process that accepted it, or, while it waits in the queue of a listening socket,
+    every process listening on that port. Checked on the connection itself, before anything is sent on it: a process
+    that binds the port before or after the check gets nothing."""
+    server, client = _endpoint(sock.getpeername()), _endpoint(sock.getsockname())
+    if not is_local(server[0]):
+        return  # another host's (what protects a key across the network is TLS)
+    inode = connection_inode(server, client, proc)
+    accepted = [holder(socket_owners(proc).get(inode), proc)] if inode else []
+    refuse_strangers(server[1], url, accepted or port_holders(server[1], proc) or [holder(None, proc)], units)
+
+
+def urlopen(request: Any, units: Collection[str], timeout: float) -> Any:
+    """urllib.request.urlopen for a request that carries a key: on a connection to this host, nothing is sent until
+    the process at the other end is one of `units` (verify_connection; ListenerError otherwise). No `units`: a plain
+    urlopen (a request without a secret)."""
+    # Imported here: deploy's probe imports this module on every host (http.client and urllib.request cost ~25 ms).
+    import http.client
+    import urllib.request
+
+    if not units:
+        return urllib.request.urlopen(request, timeout=timeout)
+
+    class VerifiedConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            verify_connection(self.sock, f"http://{self.host}:{self.port}", units)
+
+    class VerifiedHandler(urllib.request.HTTPHandler):
+        def http_open(self, req: urllib.request.Request) -> Any:
+            return self.do_open(VerifiedConnection, req)
+
+    return urllib.request.build_opener(VerifiedHandler()).open(request, timeout=timeout)
 
 
 def instance_unit(url: str) -> str:

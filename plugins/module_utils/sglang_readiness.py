@@ -117,12 +117,10 @@ def wait(
 def http_json(url: str, payload: dict[str, Any] | None = None, timeout: float = 60.0, api_key: str = "") -> Any:
     """GET (or POST `payload` as JSON) and decode the JSON answer; raises on HTTP errors. With a key, `url` is an
     instance's: the key goes only to that instance's unit (listeners.ListenerError for a port another process holds)."""
-    if api_key:
-        listeners.verify_listener(url, {listeners.instance_unit(url)})
     data = json.dumps(payload).encode() if payload is not None else None
     request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
     request.add_header("Content-Type", "application/json")
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    with listeners.urlopen(request, {listeners.instance_unit(url)} if api_key else (), timeout) as response:
         return json.loads(response.read().decode() or "null")

@@ -61,16 +61,14 @@ def request(
     import urllib.error
     import urllib.request
 
-    if api_key:
-        # The key goes only to the router itself: raises listeners.ListenerError for a port another process holds.
-        listeners.verify_listener(router_url, listeners.ROUTER_UNITS)
     data = json.dumps(payload).encode() if payload is not None else None
     req = urllib.request.Request(router_url.rstrip("/") + path, data=data, method=method)
     req.add_header("Content-Type", "application/json")  # the router answers 415 to a POST without it
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:
+        # The key goes only to the router itself: listeners.ListenerError for a process other than it at that port.
+        with listeners.urlopen(req, listeners.ROUTER_UNITS, timeout) as response:
             status, body = int(response.status), response.read()
     except urllib.error.HTTPError as error:
         status, body = int(error.code), error.read()

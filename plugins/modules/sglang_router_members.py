@@ -102,11 +102,10 @@ def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) 
     """None when the worker answers 200 on `path`, else why not."""
     request = urllib.request.Request(url.rstrip("/") + path, method="GET")
     if api_key:
-        # The workers' key goes only to the instance itself (a squatter on its port while it loads gets nothing).
-        listeners.verify_listener(url, {listeners.instance_unit(url)})
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        # The workers' key goes only to the instance itself (a squatter on its port while it loads gets nothing).
+        with listeners.urlopen(request, {listeners.instance_unit(url)} if api_key else (), timeout) as response:
             status = int(response.status)
     except urllib.error.HTTPError as error:
         status = int(error.code)

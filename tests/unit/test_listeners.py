@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -114,9 +115,24 @@ def test_the_probe_s_router_check_names_the_squatter_and_sends_nothing(squatter:
     assert squatter.headers() == []
 
 
-def test_without_a_key_nothing_is_checked_and_nothing_secret_is_sent(squatter: Squatter) -> None:
-    assert sglang_router_client.list_workers(squatter.url) == []
-    assert squatter.headers() == [None]
+def test_a_router_request_without_a_key_is_checked_too(squatter: Squatter) -> None:
+    """A registration's body carries the workers' key even when the router has no admin key."""
+    with pytest.raises(listeners.ListenerError):
+        sglang_router_client.add_worker(squatter.url, "http://127.0.0.1:30000", worker_api_key=KEY)
+    assert squatter.headers() == []
+
+
+def test_the_connection_itself_is_checked_so_binding_after_a_check_gains_nothing(squatter: Squatter) -> None:
+    """The process at the other end of the very connection the key would go over is checked, not the port before."""
+    connection = socket.create_connection(("127.0.0.1", squatter.port))
+    with connection, pytest.raises(listeners.ListenerError, match=f"PID {squatter.pid}"):
+        listeners.verify_connection(connection, squatter.url, {"sglang-router.service"})
+    # A listener of this process (the tests' own unit) that has not accepted yet: its queue is the port's listeners'.
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()) as waiting:
+        listeners.verify_connection(waiting, "http://127.0.0.1", {"sglang-router.service"})
+        accepted, _ = server.accept()
+        with accepted:
+            listeners.verify_connection(waiting, "http://127.0.0.1", {"sglang-router.service"})
 
 
 def test_the_expected_unit_s_listener_gets_the_key(monkeypatch: pytest.MonkeyPatch, squatter: Squatter) -> None:
@@ -128,9 +144,8 @@ def test_the_expected_unit_s_listener_gets_the_key(monkeypatch: pytest.MonkeyPat
     assert squatter.headers() == [f"Bearer {KEY}"]
 
 
-def test_nothing_listening_passes_and_finds_no_answer() -> None:
+def test_nothing_listening_finds_no_answer() -> None:
     port = free_port()
-    listeners.verify_listener(f"http://127.0.0.1:{port}", {"sglang-router.service"})
     with pytest.raises(sglang_router_client.RouterError, match="no answer"):
         sglang_router_client.list_workers(f"http://127.0.0.1:{port}", api_key=KEY)
 
@@ -140,7 +155,6 @@ def test_only_this_host_s_addresses_are_checked() -> None:
     assert listeners.is_local("0.0.0.0")
     assert not listeners.is_local("192.0.2.10"), "TEST-NET-1 is nobody's address here"
     assert not listeners.is_local("host.invalid")
-    listeners.verify_listener("http://192.0.2.10:30000", {"sglang-30000.service"})  # another host's: TLS's concern
 
 
 def load_launcher() -> object:
