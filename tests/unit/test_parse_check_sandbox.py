@@ -69,6 +69,7 @@ def test_preflight_parses_through_the_sandboxed_module_never_as_root() -> None:
     arguments = task["sglang.fleet.sglang_sandboxed_command"]
     assert "sglang_service.sandbox" in arguments["properties"] and "sglang_service.environment" in arguments["environment"]
     assert task["no_log"] is True
+    assert task["failed_when"] is False, "Ansible fails a result with rc != 0: a check that could not run is no failure"
     assert "accounts" in task["when"], "not before the account exists"
     venv_vars = yaml.safe_load((ROOT / "roles/sglang_venv/vars/main.yml").read_text())
     assert "'-I'" in venv_vars["_sglang_venv_args_checker"]
