@@ -143,3 +143,23 @@ def plan(support_tables: list[dict[str, Any]], model_facts: dict[str, Any]) -> C
         return result
 
     return run
+
+
+# The unit the tests' own fake routers and instances (servers in this pytest process) count as being: a key goes to a
+# local port only when its listener is the expected unit's (module_utils/listeners.py); a squatter the tests start as a
+# process of its own is not this one.
+TESTS_OWN_UNIT = "pytest-fakes.service"
+
+
+@pytest.fixture(autouse=True)
+def fakes_in_this_process_are_the_expected_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from ansible_collections.sglang.fleet.plugins.module_utils import listeners
+
+    unit_of, refuse = listeners.unit_of, listeners.refuse_strangers
+    me = os.getpid()
+    monkeypatch.setattr(listeners, "unit_of", lambda pid, proc="/proc": TESTS_OWN_UNIT if pid == me else unit_of(pid, proc))
+    monkeypatch.setattr(
+        listeners, "refuse_strangers", lambda port, url, holders, units: refuse(port, url, holders, {*units, TESTS_OWN_UNIT})
+    )

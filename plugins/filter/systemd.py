@@ -9,6 +9,7 @@ from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
 from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import server_units
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import secret_dest
 
 _NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
 
@@ -17,6 +18,11 @@ def systemd_exec_quote(argv: Iterable[Any]) -> str:
     """An argv list as an ExecStart= line: every word survives systemd's splitting and expansion as given."""
     words = []
     for word in (str(item) for item in argv):
+        character = _control_character(word)
+        if character:
+            # A newline ends the unit line whatever the quoting: what follows would be a line of its own (run as root
+            # after ExecStartPre=+). Preflight names the variable first; this is the last guard.
+            raise ValueError(f"{json.dumps(word)}: the control character {character} cannot be in a unit's command line")
         # systemd expands $VAR and %specifiers in ExecStart; double them to keep them literal.
         word = word.replace("%", "%%").replace("$", "$$")
         if word == "" or _NEEDS_QUOTES.search(word):
@@ -28,7 +34,7 @@ def systemd_exec_quote(argv: Iterable[Any]) -> str:
 def systemd_env_quote(value: Any) -> str:
     """A value for an EnvironmentFile= line (KEY=value), quoted when it needs to be."""
     text = str(value)
-    if "\n" in text:
+    if "\n" in text or "\r" in text or "\x00" in text:
         raise ValueError("environment values cannot span lines")
     if text == "" or _NEEDS_QUOTES.search(text):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -75,6 +81,13 @@ def sglang_server_unit_properties(instance: dict[str, Any], sandbox: list[str]) 
     return [*sandbox, *(f"DeviceAllow={device} rw" for device in instance["gpu_devices"])]
 
 
+def sglang_server_host_properties(instances: list[dict[str, Any]], sandbox: list[str]) -> list[str]:
+    """The confinement of a check made once for the host's instances (preflight's parser check): the host-wide
+    settings plus a DeviceAllow for each GPU node of any planned instance."""
+    devices = sorted({device for instance in instances for device in instance.get("gpu_devices") or []})
+    return sglang_server_unit_properties({"gpu_devices": devices}, sandbox)
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -98,7 +111,8 @@ def systemd_text_problems(host: str, variables: dict[str, Any], no_spaces: Itera
     problems = []
     spaced = set(no_spaces)
     for variable, value in variables.items():
-        shown = value if variable != "sglang_api_key" else "<hidden>"
+        secret_keys = isinstance(value, dict) and any(secret_dest(str(key).lstrip("-").replace("-", "_")) for key in value)
+        shown = "<hidden>" if variable == "sglang_api_key" or secret_keys else value
         character = _control_character(value)
         if character:
             problems.append(
@@ -138,5 +152,6 @@ class FilterModule:
             "systemd_hardening": systemd_hardening,
             "sglang_server_units": server_units,
             "sglang_server_unit_properties": sglang_server_unit_properties,
+            "sglang_server_host_properties": sglang_server_host_properties,
             "systemd_text_problems": systemd_text_problems,
         }

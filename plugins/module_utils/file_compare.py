@@ -10,6 +10,8 @@ import os
 import pwd
 from dataclasses import dataclass
 
+from ansible_collections.sglang.fleet.plugins.module_utils import safe_write
+
 
 @dataclass(frozen=True)
 class FileComparison:
@@ -27,14 +29,6 @@ class FileComparison:
         return self.content_differs or self.attributes_differ
 
 
-def read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
 def account_ids(owner: str, group: str) -> tuple[int, int] | None:
     """The uid of `owner` and the gid of `group`; None when either does not exist."""
     try:
@@ -45,11 +39,12 @@ def account_ids(owner: str, group: str) -> tuple[int, int] | None:
 
 def compare_file(path: str, data: bytes, owner: str, group: str, mode: int) -> FileComparison:
     """`path` on the host against `data` owned by `owner`:`group` with permission bits `mode`. A missing file differs
-    in content only; an existing one whose owner or group does not exist yet differs in its attributes."""
-    current = read(path)
+    in content only; an existing one whose owner or group does not exist yet differs in its attributes. A link at
+    `path` is refused (safe_write.LinkRefused): root never reads or writes through it."""
+    current = safe_write.read_file(path)
     ids = account_ids(owner, group)
     attributes_differ = False
     if current is not None:
-        status = os.stat(path)
+        status = os.lstat(path)
         attributes_differ = ids is None or (status.st_uid, status.st_gid, status.st_mode & 0o7777) != (*ids, mode)
     return FileComparison(current, current != data, attributes_differ, ids)

@@ -385,6 +385,31 @@ def model_access_problems(problems: HostProblems, settings: Mapping[str, Any], m
         )
 
 
+def model_code_problems(
+    problems: HostProblems,
+    support: Support,
+    settings: Mapping[str, Any],
+    model: Mapping[str, Any],
+    instances: list[dict[str, Any]],
+) -> None:
+    """trust-remote-code with a model whose config.json names code of its own (auto_map) runs that code in every
+    server and in preflight's parser check: only with the explicit opt-in sglang_allow_model_code."""
+    if not model.get("auto_map") or truthy(settings.get("allow_model_code")):
+        return
+    for instance in instances:
+        variable, value = _by_dest(support, instance).get("trust_remote_code", ("", None))
+        if value is True or (isinstance(value, str) and truthy(value)):
+            problems.add(
+                f"instance {instance['name']}",
+                variable,
+                value,
+                f"the model's config.json names code of its own (auto_map) that trust-remote-code would run in the "
+                f"servers and in preflight's parser check ({settings['model_path']})",
+                "read that code, then set sglang_allow_model_code: true; or remove trust-remote-code",
+            )
+            return
+
+
 def _memory_fraction(instance: dict[str, Any], gpu_mib: int, auto_reserve_mib: int) -> tuple[float, str]:
     value = instance["settings"].get("mem-fraction-static")
     if value is not None:

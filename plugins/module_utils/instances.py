@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils.flags import render_flag
+from ansible_collections.sglang.fleet.plugins.module_utils.flags import flag_name, render_flag
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, is_loopback, remote_url
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
@@ -15,7 +15,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.server_settings impor
     speculative_flags,
     truthy,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import Support
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import Support, secret_flag
 
 
 def _positive_int(problems: HostProblems, variable: str, value: Any, minimum: int = 1) -> int | None:
@@ -185,7 +185,13 @@ def derive_instances(
                 "config_file": files["secret"],
                 "files": files,
                 "environment": environment,
-                "settings": _merge(settings["server_args"], override.get("server_args")),
+                # The given flags that later checks read by name; never one that may hold a secret (the plan is a
+                # host fact, shown by -v): preflight refused those already.
+                "settings": {
+                    key: value
+                    for key, value in _merge(settings["server_args"], override.get("server_args")).items()
+                    if not secret_flag(support, flag_name(str(key)))
+                },
                 # The variable its server args come from, for the host-wide checks' messages.
                 "settings_variable": str(settings.get("server_args_variable") or "sglang_server_args"),
                 "speculative": {

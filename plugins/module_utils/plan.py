@@ -23,6 +23,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks impor
     gpu_and_port_problems,
     memory_problems,
     model_access_problems,
+    model_code_problems,
     model_problems,
     model_room_need,
     model_source_problems,
@@ -34,6 +35,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instances import deri
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
 from ansible_collections.sglang.fleet.plugins.module_utils.reshape import reshape
 from ansible_collections.sglang.fleet.plugins.module_utils.server_settings import (
+    check_environment,
     control_character,
     control_problems,
     unknown_variable_problems,
@@ -61,6 +63,7 @@ def plan_group(
         instance["weight_bytes"] = weight_bytes
     multimodal_start_problems(problems, settings, model, instances, support)
     model_access_problems(problems, settings, model)
+    model_code_problems(problems, support, settings, model, instances)
     return instances
 
 
@@ -103,10 +106,13 @@ def plan_host(
         )
         return {"instances": [], "problems": problems.lines}
     unknown_variable_problems(problems, settings.get("variable_names"), known_variables)
-    if control_problems(problems, settings) or control_character(settings.get("server_text")):
+    if control_problems(problems, settings, support) or control_character(settings.get("server_text")):
         # Such a value must not reach a template, not even preflight's check-mode rendering (the server role's
         # preflight names its own variables).
         return {"instances": [], "problems": problems.lines}
+    # The runtime's environment (sglang_venv role) reaches every server and preflight's parser check: the same
+    # check as the servers' own environment (LD_*, PYTHON* refused).
+    check_environment(problems, support, "host", "sglang_venv_runtime_environment", settings.get("runtime_environment") or {})
     groups = checked_groups(problems, settings.get("instance_groups"))
     if groups is None:
         return {"instances": [], "problems": problems.lines}

@@ -11,7 +11,14 @@ from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.flags import flag_name
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import Support, check_flag, since
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import (
+    HIDDEN,
+    Support,
+    check_flag,
+    secret_dest,
+    secret_flag,
+    since,
+)
 
 # SGLang's own spelling of the flags this project renders from dedicated variables.
 MANAGED_FLAGS: dict[str, str] = {
@@ -30,9 +37,6 @@ MANAGED_FLAGS: dict[str, str] = {
 MANAGED_FIXES: dict[str, str] = {
     "--config": "put each setting in sglang_server_args (sglang-fleet passes --config itself, with sglang_api_key's file)",
 }
-# Options whose value is a secret: in sglang_server_args it would land in the 0644 unit, in --diff and in /proc.
-SECRET_DESTS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
-SECRET_DEST = re.compile(r"(^|_)(api_key|password|passwd|secret|credentials?)($|_)")
 # Any character below 0x20 and DEL: in a unit or environment file it starts a new line or breaks the value.
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
@@ -108,11 +112,11 @@ def checked_args(
         flag = flag_name(str(key))
         known = support.flags.get(flag)
         dest = known.dest if known else ""
-        if dest and (dest in SECRET_DESTS or SECRET_DEST.search(dest)):
+        if dest and secret_dest(dest):
             problems.add(
                 where,
                 f"{variable}.{key}",
-                "<hidden>",
+                HIDDEN,
                 f"{flag} is a secret: in sglang_server_args it would be written into the world-readable unit, "
                 "shown by --diff and visible in /proc",
                 "keep it in ansible-vault as sglang_api_key"
@@ -181,11 +185,23 @@ TEXT_SETTINGS = (
     ("speculative", "sglang_speculative"),
     ("environment", "sglang_environment"),
     ("instance_overrides", "sglang_instance_overrides"),
+    ("venv_root", "sglang_venv_root"),
+    ("runtime_environment", "sglang_venv_runtime_environment"),
+    ("cuda_home", "cuda_home"),
 )
 
 
-def control_problems(problems: HostProblems, settings: Mapping[str, Any]) -> bool:
-    """One problem per variable (per key of a mapping) holding a control character; True when there was one."""
+def _shown(support: Support, setting: str, key: Any, item: Any) -> Any:
+    """What a problem shows of a setting's entry: <hidden> where a flag in it may be a secret (secret_flag)."""
+    args = {key: item} if setting == "server_args" else item.get("server_args") if setting == "instance_overrides" else None
+    if isinstance(args, Mapping) and any(secret_flag(support, flag_name(str(name))) for name in args):
+        return HIDDEN
+    return item
+
+
+def control_problems(problems: HostProblems, settings: Mapping[str, Any], support: Support) -> bool:
+    """One problem per variable (per key of a mapping) holding a control character; True when there was one. A value
+    that may hold a secret (a flag named like one, or nearest to one) is shown as <hidden>."""
     found = False
     for setting, variable in TEXT_SETTINGS:
         value = settings.get(setting)
@@ -199,7 +215,7 @@ def control_problems(problems: HostProblems, settings: Mapping[str, Any]) -> boo
                 problems.add(
                     "host",
                     variable if key is None else f"{variable}.{shown_key}",
-                    item,
+                    _shown(support, setting, key, item),
                     f"contains the control character {character}, which would inject a line into (or break) the "
                     "rendered unit or environment file",
                     "remove the control character (newline, tab, escape ...)",

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import systemd
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, systemd
 
 UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "InvocationID", "ExecMainCode", "ExecMainStatus", "Result")
 # ExecMainCode: how the main process ended (siginfo's si_code); 2 and 3 mean a signal (ExecMainStatus) ended it.
@@ -115,11 +115,12 @@ def wait(
 
 
 def http_json(url: str, payload: dict[str, Any] | None = None, timeout: float = 60.0, api_key: str = "") -> Any:
-    """GET (or POST `payload` as JSON) and decode the JSON answer; raises on HTTP errors."""
+    """GET (or POST `payload` as JSON) and decode the JSON answer; raises on HTTP errors. With a key, `url` is an
+    instance's: the key goes only to that instance's unit (listeners.ListenerError for a port another process holds)."""
     data = json.dumps(payload).encode() if payload is not None else None
     request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
     request.add_header("Content-Type", "application/json")
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    with listeners.urlopen(request, {listeners.instance_unit(url)} if api_key else (), timeout) as response:
         return json.loads(response.read().decode() or "null")

@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write
+
 
 class RouterError(Exception):
     """The router did not answer, or answered something unexpected. ``status`` is the HTTP status when there was one."""
@@ -65,7 +67,8 @@ def request(
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:
+        # The key goes only to the router itself: listeners.ListenerError for a process other than it at that port.
+        with listeners.urlopen(req, listeners.ROUTER_UNITS, timeout) as response:
             status, body = int(response.status), response.read()
     except urllib.error.HTTPError as error:
         status, body = int(error.code), error.read()
@@ -247,12 +250,9 @@ def workers_file_content(listed: Sequence[Mapping[str, Any]]) -> str:
 
 
 def read_text(path: str) -> str | None:
-    """A file's text, or None when it does not exist."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
+    """A file's text, or None when it does not exist; a link there is refused (safe_write.LinkRefused), never read."""
+    data = safe_write.read_file(path)
+    return None if data is None else data.decode("utf-8")
 
 
 def members_in_sync(
@@ -268,7 +268,7 @@ def members_in_sync(
     not tell (never taken as in sync)."""
     try:
         listed = list_workers(router_url, api_key=api_key)
-    except (RouterError, OSError, ValueError) as error:
+    except (RouterError, OSError, ValueError, listeners.ListenerError) as error:
         return f"cannot list its workers: {error}"
     wanted = {normalize_url(url): str(model) for url, model in (models or {}).items()}
     changes = plan_changes(listed, planned, lambda url: None, keep_hosts, wanted)

@@ -5,6 +5,7 @@ the pinned version's table, naming the other versions that differ."""
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -133,14 +134,39 @@ def since(versions: Sequence[str]) -> str:
     return ", ".join(f"SGLang {version}" for version in versions)
 
 
+# Options whose value is a secret: in sglang_server_args it would land in the 0644 unit, in --diff and in /proc.
+SECRET_DESTS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
+SECRET_DEST = re.compile(r"(^|_)(api_keys?|password|passwd|secret|credentials?)($|_)")
+HIDDEN = "<hidden>"
+
+
+def secret_dest(dest: str) -> bool:
+    """Whether an option's argparse dest names a secret."""
+    return dest in SECRET_DESTS or bool(SECRET_DEST.search(dest))
+
+
+def secret_flag(support: Support, flag: str) -> bool:
+    """Whether a value given for `flag` may be a secret: its own name (known or not) or the known flag nearest to it
+    (a misspelling, "--api-keys" for --api-key) names one. Its value is then never shown in a problem."""
+    if secret_dest(flag.lstrip("-").replace("-", "_").lower()):
+        return True
+    known = support.flags.get(flag)
+    if known is not None:  # a known flag is its own nearest
+        return secret_dest(known.dest or "")
+    nearest = difflib.get_close_matches(flag, list(support.flags), n=3, cutoff=0.6)
+    return any(secret_dest(support.flags[name].dest or name.lstrip("-").replace("-", "_")) for name in nearest)
+
+
 def check_flag(problems: HostProblems, support: Support, where: str, variable: str, flag: str, value: Any) -> bool:
-    """True when `flag` is a flag the pinned SGLang knows and `value` fits it; otherwise records why not."""
+    """True when `flag` is a flag the pinned SGLang knows and `value` fits it; otherwise records why not (the value
+    shown as <hidden> for a flag that may be a secret: secret_flag)."""
+    shown = HIDDEN if secret_flag(support, flag) else value
     if flag in support.renamed_flags:
         still = support.versions_with(lambda other: has_flag(other, flag))
         problems.add(
             where,
             variable,
-            value,
+            shown,
             f"{flag} does not exist in SGLang {support.version}" + (f" ({since(still)} has it)" if still else ""),
             f"use {support.renamed_flags[flag]}" + (f" or pin sglang_version {still[0]}" if still else ""),
         )
@@ -150,7 +176,7 @@ def check_flag(problems: HostProblems, support: Support, where: str, variable: s
         problems.add(
             where,
             variable,
-            value,
+            shown,
             f"{flag} was removed in SGLang {support.version}" + (f" ({since(still)} has it)" if still else ""),
             "remove the setting" + (f" or pin sglang_version {still[0]}" if still else ""),
         )
@@ -167,32 +193,32 @@ def check_flag(problems: HostProblems, support: Support, where: str, variable: s
             problems.add(
                 where,
                 variable,
-                value,
+                shown,
                 f"SGLang {support.version} has no flag {flag} ({since(having)} has it)",
                 f"{fix} or pin sglang_version {having[0]}",
             )
             return False
         close = difflib.get_close_matches(flag, list(support.flags), n=1, cutoff=0.75)
         hint = f"did you mean {close[0]}?" if close else "see `python -m sglang.launch_server --help`"
-        problems.add(where, variable, value, f"SGLang {support.version} has no flag {flag}", hint)
+        problems.add(where, variable, shown, f"SGLang {support.version} has no flag {flag}", hint)
         return False
     if not known.takes_value and not isinstance(value, bool):
-        problems.add(where, variable, value, f"{flag} is a switch", "set it to true or false")
+        problems.add(where, variable, shown, f"{flag} is a switch", "set it to true or false")
         return False
     if known.takes_value and isinstance(value, bool):
-        problems.add(where, variable, value, f"{flag} takes a value, not true/false", "give its value")
+        problems.add(where, variable, shown, f"{flag} takes a value, not true/false", "give its value")
         return False
     if known.takes_value and isinstance(value, list) and not known.many:
-        problems.add(where, variable, value, f"{flag} takes one value", "give a single value")
+        problems.add(where, variable, shown, f"{flag} takes one value", "give a single value")
         return False
     expected = {"int": (int,), "float": (int, float)}.get(known.type or "")
     items = value if isinstance(value, list) else [value]
     if expected and any(isinstance(item, bool) or not isinstance(item, expected) for item in items):
-        problems.add(where, variable, value, f"{flag} takes a number ({known.type})", "give a number without quotes")
+        problems.add(where, variable, shown, f"{flag} takes a number ({known.type})", "give a number without quotes")
         return False
     if known.choices and value is not None and value not in known.choices:
         choices = ", ".join(str(choice) for choice in known.choices)
-        problems.add(where, variable, value, f"{flag} accepts {choices}", "pick one of them")
+        problems.add(where, variable, shown, f"{flag} accepts {choices}", "pick one of them")
         return False
     return True
 

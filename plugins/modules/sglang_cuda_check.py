@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils import sandboxed
 
 DOCUMENTATION = r"""
 module: sglang_cuda_check
@@ -79,20 +80,8 @@ FIX = (
 )
 
 
-def environment_file(environment: dict[str, str], directory: str) -> str:
-    """The environment as a 0600 file systemd reads (values quoted as in the units' environment files)."""
-    handle, path = tempfile.mkstemp(prefix="sglang-cuda-check-", suffix=".env", dir=directory)
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        for name, value in sorted(environment.items()):
-            text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-            out.write(f'{name}="{text}"\n')
-    return path
-
-
 def systemd_run(name: str, properties: list[str], env_file: str, command: list[str]) -> list[str]:
-    unit = f"sglang-cuda-check-{name}-{os.getpid()}"
-    options = [f"--property={item}" for item in [*properties, f"EnvironmentFile={env_file}"]]
-    return ["systemd-run", "--wait", "--pipe", "--quiet", "--collect", f"--unit={unit}", *options, "--", *command]
+    return sandboxed.systemd_run(f"sglang-cuda-check-{name}-{os.getpid()}", properties, env_file, command)
 
 
 # What Python prints when the check's script (or the simulator's module) is not there: the runtime was installed
@@ -132,7 +121,7 @@ def run_checks(
     started: dict[str, tuple[Any, str, float]] = {}
     try:
         for instance, unit_properties in zip(instances, properties, strict=True):
-            env_file = environment_file({**base_environment, **instance["environment"]}, run_dir)
+            env_file = sandboxed.environment_file({**base_environment, **instance["environment"]}, run_dir)
             gpus = len(instance["gpu_ids"])
             argv = systemd_run(instance["name"], unit_properties, env_file, [*command, "--expect", str(gpus)])
             if gpus > 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils.listeners import listening_ports, unit_of
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import model_facts
 from ansible_collections.sglang.fleet.plugins.module_utils.nvidia_smi import (
     APP_QUERY,
@@ -18,7 +19,6 @@ from ansible_collections.sglang.fleet.plugins.module_utils.nvidia_smi import (
     parse_apps,
     parse_gpus,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.port_units import listening_ports, unit_of
 from ansible_collections.sglang.fleet.plugins.module_utils.pythons import PythonVersions
 
 # ansible.builtin.setup's minimal subset, gathered whatever `gather_subset` says.

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils import safe_write
 from ansible_collections.sglang.fleet.plugins.module_utils.file_compare import compare_file
 from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import routers_differences
@@ -67,18 +66,8 @@ answers:
 
 
 def write(path: str, data: bytes, uid: int, gid: int, mode: int) -> None:
-    """Replaces the file atomically: readers see the old or the new content, never a part."""
-    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            os.fchown(out.fileno(), uid, gid)
-            os.fchmod(out.fileno(), mode)
-            out.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    """Replaces the file atomically: readers see the old or the new content, never a part; never through a link."""
+    safe_write.write_file(path, data, mode, uid, gid)
 
 
 def apply(spec: dict[str, Any], check_mode: bool) -> tuple[bool, dict[str, str] | None]:
@@ -92,8 +81,7 @@ def apply(spec: dict[str, Any], check_mode: bool) -> tuple[bool, dict[str, str] 
         if found.content_differs:
             write(path, data, *found.ids, mode)
         else:
-            os.chown(path, *found.ids)
-            os.chmod(path, mode)
+            safe_write.set_attributes(path, mode, *found.ids)
     diff = None
     if spec.get("diff", True) and found.content_differs:
         before = "" if found.current is None else found.current.decode(errors="replace")

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils import safe_write
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe, read_verified
 
 DOCUMENTATION = r"""
@@ -79,12 +80,7 @@ def check(path: str, sha256: Mapping[str, str], verified_file: str) -> dict[str,
 
 def write_record(verified_file: str, record: Mapping[str, Any]) -> None:
     os.makedirs(os.path.dirname(verified_file), mode=0o755, exist_ok=True)
-    partial = f"{verified_file}.{os.getpid()}"
-    with open(partial, "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=4, sort_keys=True)
-        handle.write("\n")
-    os.chmod(partial, 0o644)
-    os.replace(partial, verified_file)
+    safe_write.write_file(verified_file, (json.dumps(record, indent=4, sort_keys=True) + "\n").encode(), 0o644)
 
 
 def switch_link(link: str, target: str) -> None:

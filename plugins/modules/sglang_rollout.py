@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
 import time
 import urllib.error
@@ -15,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, journal_tail, wait
 
 DOCUMENTATION = r"""
@@ -209,11 +208,9 @@ def save_last_good(instance: dict[str, Any]) -> None:
     """
     for current, last_good in instance["files"]["last_good"]:
         os.makedirs(os.path.dirname(last_good), mode=0o750, exist_ok=True)
-        if os.path.exists(current):
-            shutil.copy2(current, last_good)
-            stat = os.stat(current)
-            os.chown(last_good, stat.st_uid, stat.st_gid)
-        elif os.path.exists(last_good):
+        if os.path.lexists(current):
+            safe_write.copy_file(current, last_good)
+        elif os.path.lexists(last_good):
             os.unlink(last_good)
 
 
@@ -228,10 +225,8 @@ def restore(instance: dict[str, Any]) -> list[str]:
         return []
     restored = []
     for current, last_good in files:
-        if os.path.exists(last_good):
-            shutil.copy2(last_good, current)
-            stat = os.stat(last_good)
-            os.chown(current, stat.st_uid, stat.st_gid)
+        if os.path.lexists(last_good):
+            safe_write.copy_file(last_good, current)
             restored.append(current)
         elif os.path.exists(current):
             os.unlink(current)
@@ -505,7 +500,7 @@ def main() -> None:
             elif spec in params["gateways"]:
                 # Not started yet (the run that adds it starts it after the servers), or not reachable from here.
                 module.warn(f"the gateway at {spec['url']} did not answer: these instances restart without leaving it")
-    except RolloutError as error:
+    except (RolloutError, listeners.ListenerError) as error:
         module.fail_json(msg=f"Rollout not started: {error}", changed=False, restarted={}, not_attempted=names)
     host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), routers=routers)
     if params["stop"]:

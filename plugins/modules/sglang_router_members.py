@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
 
 DOCUMENTATION = r"""
 module: sglang_router_members
@@ -105,7 +104,8 @@ def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) 
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        # The workers' key goes only to the instance itself (a squatter on its port while it loads gets nothing).
+        with listeners.urlopen(request, {listeners.instance_unit(url)} if api_key else (), timeout) as response:
             status = int(response.status)
     except urllib.error.HTTPError as error:
         status = int(error.code)
@@ -124,11 +124,8 @@ def keep_workers(path: str, listed: Sequence[Mapping[str, Any]], check_mode: boo
     except UnicodeDecodeError:
         pass
     if not check_mode:
-        temporary = f"{path}.tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
+        # The file is in the service account's home: written without following a link that account planted.
+        safe_write.write_file(path, content.encode(), 0o644)
     return True
 
 
@@ -214,6 +211,8 @@ def main() -> None:
             # keys this run replaces (the real run restarts it first): nothing to compare with.
             module.warn(f"router {params['router_url']}: cannot compare its workers in check mode: {error}")
             module.exit_json(changed=False, added=[], removed=[], skipped=[], msg=f"router {params['router_url']}: {error}")
+        module.fail_json(msg=f"router {params['router_url']}: {error}")
+    except listeners.ListenerError as error:
         module.fail_json(msg=f"router {params['router_url']}: {error}")
     except ValueError as error:
         module.fail_json(msg=str(error))

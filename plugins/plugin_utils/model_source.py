@@ -430,7 +430,7 @@ LOCAL_IGNORED = [
 
 def local_names(src: str) -> list[str]:
     """Every file under `src` (symlinks followed), as slash-separated paths relative to it, git's and the Hub
-    client's bookkeeping left out."""
+    client's bookkeeping left out. A name whose real path leaves `src` is listed too: _local_files refuses it."""
     from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]  # exported lazily
 
     names, seen = [], set()
@@ -447,14 +447,35 @@ def local_names(src: str) -> list[str]:
     return sorted(filter_repo_objects(names, ignore_patterns=LOCAL_IGNORED))
 
 
+def local_path(src: str, name: str) -> str:
+    """The real path of a directory source's file `name`; ModelSourceError when it leaves `src` (a link out of it, to
+    a key in the user's home, would be locked, fetched and sent to every host)."""
+    root = os.path.realpath(src)
+    real = os.path.realpath(os.path.join(src, name))
+    if os.path.commonpath([root, real]) != root:
+        raise ModelSourceError(
+            f"{name}: its real path {real} is outside src {src} (a link out of the source): refused, it is never read "
+            "or sent; fix: copy the file into src, or point src at the directory that holds it"
+        )
+    return real
+
+
 def _local_files(source: Mapping[str, Any]) -> Files:
     src = str(source["src"])
     if not os.path.isdir(src):
         raise ModelSourceError(f"{source_key(source)}: src {src} is not a directory on the control node")
+    names = select(local_names(src), source)
+    outside = []
+    for name in names:
+        try:
+            local_path(src, name)
+        except ModelSourceError as error:
+            outside.append(str(error))
+    if outside:
+        raise ModelSourceError(f"{source_key(source)}: " + "; ".join(outside))
     try:
         return {
-            name: {"size": os.path.getsize(os.path.join(src, name)), "sha256": sha256_of(os.path.join(src, name))}
-            for name in select(local_names(src), source)
+            name: {"size": os.path.getsize(local_path(src, name)), "sha256": sha256_of(local_path(src, name))} for name in names
         }
     except OSError as error:
         raise ModelSourceError(f"{source_key(source)}: {error_message(error)}") from error
@@ -547,8 +568,9 @@ def _copy_hashing(source: BinaryIO, target: BinaryIO) -> str:
 
 def _obtain_local(source: Mapping[str, Any], name: str, work: str) -> tuple[str, str]:
     """Copies a directory source's file into the work directory, hashing while copying: (path, sha256)."""
+    origin_path = local_path(str(source["src"]), name)  # refused when it left src since it was locked
     handle, path = tempfile.mkstemp(dir=work)
-    with open(os.path.join(str(source["src"]), name), "rb") as origin, os.fdopen(handle, "wb") as copy:
+    with open(origin_path, "rb") as origin, os.fdopen(handle, "wb") as copy:
         return path, _copy_hashing(origin, copy)
 
 

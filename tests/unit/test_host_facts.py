@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from ansible_collections.sglang.fleet.plugins.module_utils import nvidia_smi, port_units, pythons
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, nvidia_smi, pythons
 from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts as module
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "h200-driver-580.159.04"
@@ -188,7 +188,7 @@ def test_parse_listening_keeps_listen_sockets_only() -> None:
         "   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n"
         "   1: 0100007F:7531 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 222 1\n"
     )
-    assert port_units.parse_listening([tcp]) == {30000: 111}
+    assert listeners.parse_listening([tcp]) == {30000: 111}
 
 
 def test_unit_of_reads_the_service_from_the_cgroup(tmp_path: Path) -> None:
@@ -196,9 +196,9 @@ def test_unit_of_reads_the_service_from_the_cgroup(tmp_path: Path) -> None:
     (tmp_path / "42" / "cgroup").write_text("0::/system.slice/sglang-30003.service\n")
     (tmp_path / "43").mkdir()
     (tmp_path / "43" / "cgroup").write_text("1:name=systemd:/user.slice/session-1.scope\n")
-    assert port_units.unit_of(42, str(tmp_path)) == "sglang-30003.service"
-    assert port_units.unit_of(43, str(tmp_path)) is None
-    assert port_units.unit_of(44, str(tmp_path)) is None
+    assert listeners.unit_of(42, str(tmp_path)) == "sglang-30003.service"
+    assert listeners.unit_of(43, str(tmp_path)) is None
+    assert listeners.unit_of(44, str(tmp_path)) is None
 
 
 FLEET_RUN = Path(__file__).resolve().parents[1] / "recordings" / "sglang-0.5.17-h200-fleet"

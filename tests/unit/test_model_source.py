@@ -393,3 +393,51 @@ def test_a_server_that_does_not_answer_is_tried_once(mirror: Any, tmp_path: Path
     assert len(waits) == 5, "only the first file was retried"
     with pytest.raises(ms.ModelSourceError, match="ConnectError: \\[Errno 111\\] Connection refused"):
         ms.remote_files(source, "http://127.0.0.1:9")
+
+
+# Links out of a directory source (issue 38, finding 5)
+
+
+def test_a_link_out_of_the_source_directory_is_refused_and_never_read(
+    local_source: dict[str, Any], model_dir: Path, tmp_path: Path
+) -> None:
+    """tokenizer_config.json -> ~/.ssh/id_ed25519 would be locked, fetched and sent to every host, 0644."""
+    secret = tmp_path / "home" / ".ssh" / "id_ed25519"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (model_dir / "tokenizer_config.json").symlink_to(secret)
+    with pytest.raises(ms.ModelSourceError) as raised:
+        ms.remote_files(local_source)
+    message = str(raised.value)
+    assert message.startswith("Tiny-Model@2026-11-30: tokenizer_config.json: its real path ")
+    assert f"is outside src {model_dir}" in message and "; fix: " in message
+    assert "PRIVATE KEY" not in message
+
+
+def test_a_directory_linked_from_outside_is_refused_file_by_file(
+    local_source: dict[str, Any], model_dir: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "a.json").write_text("{}")
+    (model_dir / "linked").symlink_to(elsewhere)
+    with pytest.raises(ms.ModelSourceError, match=r"linked/a\.json: its real path .* is outside src"):
+        ms.remote_files(local_source)
+
+
+def test_a_link_inside_the_source_is_followed(local_source: dict[str, Any], model_dir: Path) -> None:
+    (model_dir / "tokenizer_copy.json").symlink_to(model_dir / "tokenizer.json")
+    assert ms.remote_files(local_source)["tokenizer_copy.json"]["sha256"] == sha256(LOCAL_FILES["tokenizer.json"])
+
+
+def test_a_file_replaced_by_a_link_out_after_locking_is_not_fetched(
+    local_source: dict[str, Any], model_dir: Path, cache: Path, tmp_path: Path
+) -> None:
+    files = ms.remote_files(local_source)
+    secret = tmp_path / "secret"
+    secret.write_bytes(LOCAL_FILES["tokenizer.json"])  # even with the locked content
+    (model_dir / "tokenizer.json").unlink()
+    (model_dir / "tokenizer.json").symlink_to(secret)
+    result = ms.fetch(local_source, files, str(cache))
+    assert "is outside src" in result.problems["tokenizer.json"]
+    assert not blob(cache, LOCAL_FILES["tokenizer.json"]).exists()

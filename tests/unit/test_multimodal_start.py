@@ -290,7 +290,8 @@ def test_a_conversation_template_sglang_picks_itself_needs_none_of_the_tokenizer
 
 def test_a_processor_of_sglangs_own_or_of_the_models_own_code_is_not_judged(checked: Callable[..., list[str]]) -> None:
     assert checked({"processor_config": None, "model_type": "deepseek_vl_v2"}) == []
-    assert checked({"processor_config": None, "auto_map": True}) == []
+    # The model's own code with the host's trust-remote-code needs the opt-in (issue 38), given here.
+    assert checked({"processor_config": None, "auto_map": True}, sglang_allow_model_code=True) == []
 
 
 def test_text_only_architectures_and_opt_in_ones_need_neither(checked: Callable[..., list[str]]) -> None:

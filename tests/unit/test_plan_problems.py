@@ -275,6 +275,45 @@ def test_a_secret_is_never_shown_in_the_problem(plan: Plan) -> None:
 
 
 @pytest.mark.parametrize(
+    "server_args",
+    [
+        {"api-keys": "sk-MISSPELLED-1"},
+        {"ssl-keyfile-passwd": "sk-MISSPELLED-1"},
+        {"admin-api-keys": "sk-MISSPELLED-1"},
+        {"api_kay": "sk-MISSPELLED-1"},
+        {"ssl-keyfile-pasword": ["sk-MISSPELLED-1"]},
+        {"api-keys": "sk-MISSPELLED-1\n"},  # with a control character as well
+    ],
+    ids=["api-keys", "ssl-keyfile-passwd", "admin-api-keys", "api_kay", "ssl-keyfile-pasword", "control"],
+)
+def test_a_misspelled_secret_flag_s_value_is_in_no_output(plan: Plan, server_args: dict[str, Any]) -> None:
+    """Issue 38, finding 6: an unknown flag's problem printed its value; for a flag whose name, or its nearest known
+    flag, is a secret, the value is never shown (the problem still names the flag and suggests the right one)."""
+    for variables in ({"sglang_server_args": server_args}, {"sglang_instance_overrides": {1: {"server_args": server_args}}}):
+        result = plan("b200", **variables)
+        assert result["problems"], "the misspelling is still a problem"
+        assert "sk-MISSPELLED-1" not in json.dumps(result), result["problems"]
+        assert any("<hidden>" in problem for problem in result["problems"])
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP"])
+def test_a_loader_variable_in_the_runtime_environment_is_refused(plan: Plan, name: str) -> None:
+    """Issue 38, finding 4: sglang_venv_runtime_environment reaches every server and the parser check (root before);
+    it goes through the servers' environment check."""
+    problems = plan("b200", sglang_venv_runtime_environment={name: "/tmp/evil.so", "SGLANG_SIM_SEED": "1"})["problems"]
+    assert [p for p in problems if "sglang_venv_runtime_environment" in p] == [
+        f'b200 host: sglang_venv_runtime_environment.{name}="/tmp/evil.so": LD_* and PYTHON* variables change what code '
+        f"the server (and its root start-up check) loads; fix: remove {name}; install libraries into the venv or the "
+        "system instead"
+    ]
+
+
+def test_an_ordinary_misspelled_flag_still_shows_its_value(plan: Plan) -> None:
+    (problem,) = plan("b200", sglang_server_args={"tool-call-parserr": "qwen25"})["problems"]
+    assert '"qwen25"' in problem and "did you mean --tool-call-parser?" in problem
+
+
+@pytest.mark.parametrize(
     "key", ["model", "model-path", "tensor-parallel-size", "data-parallel-size", "pipeline-parallel-size", "config", "--port"]
 )
 def test_a_managed_setting_under_any_spelling_renders_no_second_flag(plan: Plan, key: str) -> None:

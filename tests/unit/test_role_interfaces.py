@@ -18,7 +18,9 @@ ROLES = ["cuda", "sglang_venv", "sglang_server", "sglang_router"]
 PUBLISHED = {
     "cuda": {"cuda_environment": {"CUDA_HOME", "PATH", "LD_LIBRARY_PATH"}},
     "sglang_venv": {"sglang_runtime": {"python", "module", "cuda_check", "environment", "installed"}},
-    "sglang_server": {"sglang_service": {"user", "group", "home", "config_dir", "helper_dir", "secrets_dir"}},
+    "sglang_server": {
+        "sglang_service": {"user", "group", "home", "config_dir", "helper_dir", "secrets_dir", "sandbox", "environment"}
+    },
     "sglang_router": {"sglang_router": {"url", "keys_file", "admin_key", "gateways"}},
 }
 NAME = re.compile(r"(?<![\w.])((?:sglang|cuda)_\w+)")
@@ -169,10 +171,11 @@ def test_a_role_deploy_includes_has_no_tasks_with_tags_of_their_own() -> None:
         assert set((role.get("apply") or {}).get("tags") or []) == set(task.get("tags") or []), f"{task['name']}: applied"
 
 
-# The published facts each role's entry points declare as options (cuda and sglang_venv read none).
+# The published facts each role's entry points declare as options (cuda reads none; the runtime's checks parse as the
+# servers' account, in their sandbox: sglang_service).
 REQUIRED = {
     "cuda": set(),
-    "sglang_venv": set(),
+    "sglang_venv": {("checks", "sglang_service")},
     "sglang_server": {
         ("main", "sglang_runtime"),
         ("main", "cuda_environment"),

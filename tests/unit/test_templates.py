@@ -184,6 +184,40 @@ def test_a_control_character_in_a_server_variable_would_inject_a_unit_line_and_i
     assert "secret" not in problems[-1], "the key is never shown"
 
 
+def test_a_newline_in_the_venv_root_is_refused_by_the_plan_and_never_reaches_a_unit_line(plan: Plan) -> None:
+    """Issue 38, finding 7: the venv's Python was interpolated unquoted into ExecStartPre=+ (run as root)."""
+    injected = "/opt/sglang\nExecStartPre=+/bin/sh -c id"
+    result = plan("b200", sglang_venv_root=injected)
+    assert result["instances"] == [], "nothing with a control character reaches a template"
+    assert any(
+        p.startswith('b200 host: sglang_venv_root="/opt/sglang\\nExecStartPre=+/bin/sh -c id": contains the control character')
+        and "; fix: " in p
+        for p in result["problems"]
+    ), result["problems"]
+    # And were it rendered anyway, the unit's command lines refuse it instead of writing a line of its own.
+    instance = plan("b200")["instances"][0]
+    runtime = {"python": f"{injected}/sglang-0.5.23/bin/python", "module": "sglang.launch_server"}
+    with pytest.raises(ValueError, match="control character U\\+000A"):
+        render("sglang.service.j2", sglang_server_instance=instance, sglang_runtime=runtime)
+
+
+def test_the_root_start_check_quotes_every_path(plan: Plan) -> None:
+    instance = plan("b200")["instances"][0]
+    runtime = {"python": "/opt/sg lang/sglang-0.5.23/bin/python", "module": "sglang.launch_server"}
+    unit = unit_lines(render("sglang.service.j2", sglang_server_instance=instance, sglang_runtime=runtime))
+    pre = unit["ExecStartPre"]
+    assert pre.startswith("+")
+    argv = shlex.split(pre[1:])
+    assert argv[3:5] == ["/opt/sg lang/sglang-0.5.23/bin/python", "-I"], "a path with a space stays one word"
+    assert argv[:3] == ["/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+
+
+def test_a_control_character_in_cuda_home_or_the_runtime_environment_is_refused_by_the_plan(plan: Plan) -> None:
+    problems = plan("b200", cuda_home="/usr/local/cuda\n", sglang_venv_runtime_environment={"A": "1\nB=2"})["problems"]
+    assert any(p.startswith('b200 host: cuda_home="/usr/local/cuda\\n": contains the control character') for p in problems)
+    assert any(p.startswith("b200 host: sglang_venv_runtime_environment.A=") for p in problems), problems
+
+
 def test_a_read_write_path_with_a_space_is_refused() -> None:
     from ansible_collections.sglang.fleet.plugins.filter.systemd import systemd_text_problems
 
@@ -209,6 +243,14 @@ def test_a_control_character_in_a_router_variable_is_refused() -> None:
     assert len(problems) == 2
     assert problems[0].startswith('b200 router: sglang_router_log_level="warn\\n": contains the control character U+000A')
     assert problems[1].startswith("b200 router: sglang_router_extra_args=")
+
+
+def test_a_router_extra_arg_named_as_a_secret_is_never_shown() -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import systemd_text_problems
+
+    (problem,) = systemd_text_problems("b200", {"sglang_router_extra_args": {"api-keys": "sk-router\n"}}, where="router")
+    assert problem.startswith('b200 router: sglang_router_extra_args="<hidden>": contains the control character')
+    assert "sk-router" not in problem
 
 
 def test_the_simulator_runtime_starts_through_the_same_launcher(plan: Plan) -> None:

@@ -26,12 +26,15 @@ Installed by the fleet (role sglang_router) and run with the venv's ``python -I`
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
 import os
 import runpy
+import socket
 import sys
 import time
-import urllib.error
+import urllib.parse
 import urllib.request
 
 ENTRY_POINT = "sglang_router.launch_router"
@@ -75,27 +78,101 @@ def read_workers(path: str) -> list[dict[str, str]]:
     ]
 
 
-def post_worker(url: str, worker: dict[str, str], keys: dict[str, str]) -> int:
-    """``POST /workers`` for one worker with the admin key (the client key when there is none); the HTTP status."""
+class PortTaken(Exception):
+    """The process at the other end of the connection to the router's URL is not this router: no key was sent."""
+
+
+def post_worker(url: str, worker: dict[str, str], keys: dict[str, str], router_pid: int | None = None) -> int:
+    """``POST /workers`` for one worker with the admin key (the client key when there is none); the HTTP status. With
+    `router_pid`, nothing is sent unless the connection's other end is that router (PortTaken otherwise)."""
     payload = {"url": worker["url"]}
     if worker["model_id"]:
         payload["model_id"] = worker["model_id"]
     if keys.get("api_key"):
         payload["api_key"] = keys["api_key"]  # the key the router sends the worker: the clients'
-    request = urllib.request.Request(url + "/workers", data=json.dumps(payload).encode(), method="POST")
-    request.add_header("Content-Type", "application/json")
+    headers = {"Content-Type": "application/json"}
     admin_key = keys.get("admin_key") or keys.get("api_key")
     if admin_key:
-        request.add_header("Authorization", "Bearer " + admin_key)
+        headers["Authorization"] = "Bearer " + admin_key
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=10)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
+        connection.connect()
+        if router_pid is not None and not held_by(connection.sock, parts.port or 80, router_pid):
+            raise PortTaken(
+                f"port {parts.port or 80} is held by a process other than this router (PID {router_pid}): "
+                f"no key was sent to {url}"
+            )
+        connection.request("POST", "/workers", json.dumps(payload).encode(), headers)
+        return int(connection.getresponse().status)
+    finally:
+        connection.close()
 
 
-def register(url: str, workers: list[dict[str, str]], keys: dict[str, str], timeout: float = 300.0) -> list[str]:
-    """Waits until the router answers, then registers each worker; returns those it did not accept (202)."""
+def _address(text: str) -> tuple[str, int]:
+    """A /proc/net/tcp{,6} address as (IP, port), an IPv4-mapped IPv6 address as its IPv4 (as module_utils/listeners.py
+    reads them for the modules; this standalone helper cannot import it)."""
+    host, port = text.split(":")
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw[::-1])), int(port, 16)
+    address = ipaddress.IPv6Address(b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
+    return str(address.ipv4_mapped or address), int(port, 16)
+
+
+def _endpoint(name: tuple[str, int]) -> tuple[str, int]:
+    address = ipaddress.ip_address(str(name[0]).split("%")[0])
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return str(mapped or address), int(name[1])
+
+
+def tcp_rows(proc: str = "/proc") -> list[list[str]]:
+    rows = []
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"{proc}/net/{name}", encoding="utf-8") as handle:
+                rows += [line.split() for line in handle.read().splitlines()[1:]]
+        except OSError:
+            continue
+    return [fields for fields in rows if len(fields) > 9]
+
+
+def held_sockets(pid: int, proc: str = "/proc") -> set[int]:
+    """The socket inodes process `pid` holds open."""
+    found = set()
+    try:
+        descriptors = os.listdir(f"{proc}/{pid}/fd")
+    except OSError:
+        return found
+    for descriptor in descriptors:
+        try:
+            target = os.readlink(f"{proc}/{pid}/fd/{descriptor}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(int(target[len("socket:[") : -1]))
+    return found
+
+
+def held_by(sock: socket.socket, port: int, router_pid: int, proc: str = "/proc") -> bool:
+    """Whether the other end of the connected `sock` is the router (`router_pid`, the launcher's own process, where the
+    router runs): the socket that accepted it is the router's, or, while it waits to be accepted, every socket listening
+    on the port is."""
+    server, client = _endpoint(sock.getpeername()), _endpoint(sock.getsockname())
+    rows = tcp_rows(proc)
+    held = held_sockets(router_pid, proc)
+    accepted = [int(f[9]) for f in rows if _address(f[1]) == server and _address(f[2]) == client and f[9] != "0"]
+    if accepted:
+        return accepted[0] in held
+    listening = {int(f[9]) for f in rows if f[3] == "0A" and _address(f[1])[1] == port}
+    return bool(listening) and listening <= held
+
+
+def register(
+    url: str, workers: list[dict[str, str]], keys: dict[str, str], timeout: float = 300.0, router_pid: int | None = None
+) -> list[str]:
+    """Waits until the router answers, then registers each worker - only over a connection the router (`router_pid`)
+    accepted; returns those it did not register (202)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -110,7 +187,10 @@ def register(url: str, workers: list[dict[str, str]], keys: dict[str, str], time
     refused = []
     for worker in workers:
         try:
-            status = post_worker(url, worker, keys)
+            status = post_worker(url, worker, keys, router_pid)
+        except PortTaken as error:
+            print(f"sglang-fleet: {error}", file=sys.stderr, flush=True)
+            return [worker["url"] for worker in workers]
         except OSError:
             status = 0
         if status != 202:
@@ -124,13 +204,14 @@ def register_in_background(url: str, keys: dict[str, str], path: str) -> None:
     workers = read_workers(path)
     if not workers:
         return
+    router_pid = os.getpid()  # the router runs in this process (runpy, below)
     child = os.fork()
     if child:
         os.waitpid(child, 0)
         return
     try:
         if os.fork() == 0:
-            refused = register(url, workers, keys)
+            refused = register(url, workers, keys, router_pid=router_pid)
             note = f"; not registered: {', '.join(refused)}" if refused else ""
             print(
                 f"sglang-fleet: registered {len(workers) - len(refused)} of {len(workers)} worker(s) from {path}{note}",

@@ -1,0 +1,189 @@
+"""A key goes only to the process it belongs to (issue 38, finding 2).
+
+A local port is free while its router restarts and while SGLang loads its model; any local account can bind it
+first. A squatter here is a process of its own (a small HTTP server the test starts), recording every request's
+Authorization header; it must receive none, and the operation fails naming the port and the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, http_status
+from ansible_collections.sglang.fleet.plugins.modules import sglang_rollout
+from ansible_collections.sglang.fleet.plugins.modules import sglang_router_members as members
+from fleet import ROOT
+from simulator.simkit import free_port
+
+KEY = "sk-fleet-secret-key-0123456789"
+SQUATTER = """
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+seen = open(sys.argv[2], "a")
+class Handler(BaseHTTPRequestHandler):
+    def answer(self):
+        seen.write(json.dumps({"path": self.path, "authorization": self.headers.get("Authorization")}) + "\\n")
+        seen.flush()
+        body = b'{"workers": [], "version": "0.5.23"}'
+        self.send_response(200 if self.path != "/workers" or self.command == "GET" else 202)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = do_DELETE = answer
+    def log_message(self, *args):
+        pass
+server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print("listening", flush=True)
+server.serve_forever()
+"""
+
+
+@dataclass
+class Squatter:
+    port: int
+    pid: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def headers(self) -> list[str | None]:
+        text = self.log.read_text() if self.log.exists() else ""
+        return [json.loads(line)["authorization"] for line in text.splitlines()]
+
+
+@pytest.fixture
+def squatter(tmp_path: Path) -> Iterator[Squatter]:
+    port, log = free_port(), tmp_path / "seen.jsonl"
+    process = subprocess.Popen([sys.executable, "-c", SQUATTER, str(port), str(log)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "listening"
+    yield Squatter(port, process.pid, log)
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def refused(squatter: Squatter, error: BaseException) -> None:
+    message = str(error)
+    assert f"port {squatter.port} is held by PID {squatter.pid} (python" in message, message
+    assert "no key was sent" in message
+    assert KEY not in message
+    assert all(header is None for header in squatter.headers()), "the squatter received a key"
+
+
+def test_the_router_client_sends_the_admin_key_to_no_squatter(squatter: Squatter) -> None:
+    with pytest.raises(listeners.ListenerError) as raised:
+        sglang_router_client.list_workers(squatter.url, api_key=KEY)
+    refused(squatter, raised.value)
+    assert "sglang-gateway.service or sglang-router.service" in str(raised.value)
+
+
+def test_the_rollout_and_status_send_the_api_key_to_no_squatter_on_an_instance_port(squatter: Squatter) -> None:
+    """Real SGLang binds its port only after loading: /server_info with the key must not reach a squatter."""
+    assert http_status(f"{squatter.url}/health_generate") == 200, "a keyless probe is no secret"
+    with pytest.raises(listeners.ListenerError) as raised:
+        http_json(f"{squatter.url}/server_info", api_key=KEY)
+    refused(squatter, raised.value)
+    assert f"sglang-{squatter.port}.service: no key was sent" in str(raised.value)
+    with pytest.raises(listeners.ListenerError):
+        sglang_rollout.router_for(squatter.url, [KEY])
+    refused(squatter, raised.value)
+
+
+def test_the_members_module_sends_no_key_to_a_squatting_worker_or_router(squatter: Squatter) -> None:
+    with pytest.raises(listeners.ListenerError) as raised:
+        members.worker_ready(squatter.url, "/health_generate", api_key=KEY)
+    refused(squatter, raised.value)
+    with pytest.raises(listeners.ListenerError):
+        members.reconcile(squatter.url, [], api_key=KEY)
+    refused(squatter, raised.value)
+
+
+def test_the_probe_s_router_check_names_the_squatter_and_sends_nothing(squatter: Squatter) -> None:
+    differences = sglang_router_client.routers_differences([{"url": squatter.url, "workers": [], "api_key": KEY}])
+    assert f"port {squatter.port} is held by PID {squatter.pid}" in differences[squatter.url]
+    assert squatter.headers() == []
+
+
+def test_a_router_request_without_a_key_is_checked_too(squatter: Squatter) -> None:
+    """A registration's body carries the workers' key even when the router has no admin key."""
+    with pytest.raises(listeners.ListenerError):
+        sglang_router_client.add_worker(squatter.url, "http://127.0.0.1:30000", worker_api_key=KEY)
+    assert squatter.headers() == []
+
+
+def test_the_connection_itself_is_checked_so_binding_after_a_check_gains_nothing(squatter: Squatter) -> None:
+    """The process at the other end of the very connection the key would go over is checked, not the port before."""
+    connection = socket.create_connection(("127.0.0.1", squatter.port))
+    with connection, pytest.raises(listeners.ListenerError, match=f"PID {squatter.pid}"):
+        listeners.verify_connection(connection, squatter.url, {"sglang-router.service"})
+    # A listener of this process (the tests' own unit) that has not accepted yet: its queue is the port's listeners'.
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()) as waiting:
+        listeners.verify_connection(waiting, "http://127.0.0.1", {"sglang-router.service"})
+        accepted, _ = server.accept()
+        with accepted:
+            listeners.verify_connection(waiting, "http://127.0.0.1", {"sglang-router.service"})
+
+
+def test_the_expected_unit_s_listener_gets_the_key(monkeypatch: pytest.MonkeyPatch, squatter: Squatter) -> None:
+    """The same process, as the unit it is meant to be (its cgroup read from /proc), gets the key."""
+    real = listeners.unit_of
+    router = "sglang-router.service"
+    monkeypatch.setattr(listeners, "unit_of", lambda pid, proc="/proc": router if pid == squatter.pid else real(pid))
+    assert sglang_router_client.list_workers(squatter.url, api_key=KEY) == []
+    assert squatter.headers() == [f"Bearer {KEY}"]
+
+
+def test_nothing_listening_finds_no_answer() -> None:
+    port = free_port()
+    with pytest.raises(sglang_router_client.RouterError, match="no answer"):
+        sglang_router_client.list_workers(f"http://127.0.0.1:{port}", api_key=KEY)
+
+
+def test_only_this_host_s_addresses_are_checked() -> None:
+    assert listeners.is_local("127.0.0.1") and listeners.is_local("localhost") and listeners.is_local("::1")
+    assert listeners.is_local("0.0.0.0")
+    assert not listeners.is_local("192.0.2.10"), "TEST-NET-1 is nobody's address here"
+    assert not listeners.is_local("host.invalid")
+
+
+def load_launcher() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("launcher", ROOT / "roles/sglang_router/files/sglang_router_launcher.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_router_launcher_registers_nothing_with_a_squatter_on_its_router_s_port(
+    squatter: Squatter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """During a router restart: the launcher's router (this process here) does not hold the port the squatter took."""
+    launcher = load_launcher()
+    workers = [{"url": "http://127.0.0.1:30000", "model_id": "m"}]
+    keys = {"api_key": KEY, "admin_key": "admin-" + KEY}
+    started = time.monotonic()
+    not_registered = launcher.register(squatter.url, workers, keys, timeout=10, router_pid=os.getpid())  # type: ignore[attr-defined]
+    assert not_registered == ["http://127.0.0.1:30000"] and time.monotonic() - started < 10
+    assert squatter.headers() == [None], "only the keyless /liveness reached it"
+    assert f"port {squatter.port} is held by a process other than this router" in capsys.readouterr().err
+
+
+def test_the_router_launcher_registers_with_its_own_router(squatter: Squatter) -> None:
+    launcher = load_launcher()
+    workers = [{"url": "http://127.0.0.1:30000", "model_id": "m"}]
+    keys = {"api_key": KEY, "admin_key": "admin-" + KEY}
+    assert launcher.register(squatter.url, workers, keys, timeout=10, router_pid=squatter.pid) == []  # type: ignore[attr-defined]
+    assert squatter.headers() == [None, f"Bearer admin-{KEY}"]
