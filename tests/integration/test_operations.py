@@ -97,7 +97,8 @@ def test_status_bench_and_prometheus_under_limit_cover_the_visited_hosts_and_kee
     status = run_playbook("playbooks/status.yml", limit="b200")
     assert status.rc == 0, status.failure_messages()
     table = next(data["res"]["msg"] for data in status.results() if data["task"].startswith("Show every instance"))
-    assert [line.split()[:2] for line in table[1:-1]] == [["b200", f"sglang-{30000 + i}"] for i in range(7)] + [["b200", "router"]]
+    listed = [line.split()[:2] for line in table[1:-1]]
+    assert listed == [["b200", f"sglang-{30000 + i}"] for i in range(7)] + [["b200", "router"]]
     bench = run_playbook(
         "playbooks/bench.yml",
         limit="b200",
