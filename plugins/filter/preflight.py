@@ -1,4 +1,5 @@
-"""Ansible filter of the fleet-wide preflight gate: every host's problems, from every role that checked it."""
+"""Ansible filters of the fleet-wide preflight gate: every host's problems, from every role that checked it, and the
+refusal each host reports of its own."""
 
 from __future__ import annotations
 
@@ -27,8 +28,35 @@ def sglang_preflight_report(hosts: Sequence[str], hostvars: Mapping[str, Any]) -
     ]
 
 
+def sglang_preflight_refusal(host: str, hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """What the gate fails `host` with: its own problems under one line that counts them and names the other hosts
+    with problems (each fails with its own); empty when `host` has none, so a host is never failed for another's."""
+    own = sglang_preflight_report([host], hostvars)
+    if not own:
+        return []
+    others = [other for other in hosts if other != host and sglang_preflight_report([other], hostvars)]
+    elsewhere = f" (and on {', '.join(others)}, reported there)" if others else ""
+    return [f"{host}: preflight found {len(own)} problem(s) on this host{elsewhere}; nothing was changed on any host:", *own]
+
+
+def sglang_preflight_unchecked(unchecked: Sequence[str]) -> list[str]:
+    """The gate's one report when no checked host has a problem but some host did not complete preflight (it failed, or
+    was unreachable, above): every host stops, none is failed for it."""
+    if not unchecked:
+        return []
+    return [
+        f"Preflight did not complete on {', '.join(unchecked)} (failed or unreachable above: see its error);"
+        " nothing was changed on any host, and the deploy stops here for every host.",
+        *(f"{host} host: preflight did not complete; fix: make the host reachable and its variables valid" for host in unchecked),
+    ]
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"sglang_preflight_report": sglang_preflight_report}
+        return {
+            "sglang_preflight_report": sglang_preflight_report,
+            "sglang_preflight_refusal": sglang_preflight_refusal,
+            "sglang_preflight_unchecked": sglang_preflight_unchecked,
+        }

@@ -31,6 +31,10 @@ VALUE_BOUNDS: dict[str, tuple[float, float | None, bool, str]] = {
 }
 ALLOW_LONGER_CONTEXT = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 
+# The algorithms SGLang 0.5.23 runs only with a draft model of their own (--speculative-draft-model-path): EAGLE3's draft
+# head, and DFLASH's (speculative_hook._handle_dflash refuses to start without one).
+DRAFT_MODEL_NEEDED = frozenset({"EAGLE3", "DFLASH"})
+
 
 def _by_dest(support: Support, instance: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     """An instance's server args as {argparse dest: (variable, value)}."""
@@ -171,12 +175,12 @@ def model_problems(
                 f"MTP layers in config.json: {model.get('mtp_layers') or 0})",
                 "serve a checkpoint with MTP layers or set sglang_speculative.draft_model_path",
             )
-        if algorithm == "EAGLE3" and not draft_path:
+        if algorithm in DRAFT_MODEL_NEEDED and not draft_path:
             problems.add(
                 f"instance {instance['name']}",
                 "sglang_speculative.draft_model_path",
                 None,
-                "EAGLE3 needs a draft model",
+                f"{algorithm} needs a draft model",
                 "set draft_model_path",
             )
     return total or on_disk

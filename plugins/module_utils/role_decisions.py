@@ -118,11 +118,13 @@ def utc_seconds(timestamp: str) -> float | None:
 def server_units(instances: Sequence[Mapping[str, Any]], reading: Mapping[str, Any]) -> Decision:
     """The instances' units as `reading` (module sglang_installed's units and mtimes) has them: `stale` (running, and
     one of the files of its verified set changed after its process started), `stopped` (not running), `failed_units`,
-    `not_enabled` (units)."""
+    `not_enabled` (units), and of those `unknown_units`, the units systemd has no file of (no UnitFileState: in check
+    mode, a unit this run would write)."""
     states: Mapping[str, Mapping[str, str]] = reading.get("units") or {}
     changed_at: Mapping[str, float] = reading.get("mtimes") or {}
     active = [unit for unit, state in states.items() if state.get("ActiveState") == "active"]
     enabled = [unit for unit, state in states.items() if state.get("UnitFileState") == "enabled"]
+    not_enabled = unique(instance["unit"] for instance in instances if instance["unit"] not in enabled)
     stale = []
     for instance in instances:
         state = states.get(instance["unit"], {})
@@ -134,7 +136,8 @@ def server_units(instances: Sequence[Mapping[str, Any]], reading: Mapping[str, A
         "stale": stale,
         "stopped": [instance for instance in instances if instance["unit"] not in active],
         "failed_units": [unit for unit, state in states.items() if state.get("ActiveState") == "failed"],
-        "not_enabled": unique(instance["unit"] for instance in instances if instance["unit"] not in enabled),
+        "not_enabled": not_enabled,
+        "unknown_units": [unit for unit in not_enabled if not states.get(unit, {}).get("UnitFileState")],
     }
 
 

@@ -40,6 +40,13 @@ MANAGED_FIXES: dict[str, str] = {
 # Any character below 0x20 and DEL: in a unit or environment file it starts a new line or breaks the value.
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
+# Speculative settings SGLang 0.5.23 overrides whatever is given (arg_groups/speculative_hook.py): algorithm -> key ->
+# (the one value it keeps, what it sets instead). None: no value is kept.
+SGLANG_RESOLVES: dict[str, dict[str, tuple[Any, str]]] = {
+    "NGRAM": {"eagle_topk": (None, "--speculative-ngram-max-bfs-breadth (default 10)")},
+    "DFLASH": {"num_steps": (1, "1"), "eagle_topk": (1, "1")},
+    "DSPARK": {"num_steps": (1, "1"), "eagle_topk": (1, "1")},
+}
 
 
 def speculative_flags(
@@ -67,6 +74,17 @@ def speculative_flags(
         if not check_flag(problems, support, where, f"{variable}.{key}", flag, value):
             valid = False
         flags[flag] = value
+    for key, (allowed, resolved) in SGLANG_RESOLVES.get(algorithm, {}).items():
+        if valid and key in speculative and speculative[key] != allowed:
+            problems.add(
+                where,
+                f"{variable}.{key}",
+                speculative[key],
+                f"SGLang {support.version} sets {algorithm}'s {key} to {resolved} and ignores this value (the"
+                " rollout's check of /server_info would then fail)",
+                f"remove {key}" + ("; set ngram_max_bfs_breadth instead" if algorithm == "NGRAM" else ""),
+            )
+            valid = False
     if not valid or algorithm not in EAGLE_FAMILY:
         return flags if valid else None
     steps = speculative.get("num_steps")
@@ -112,6 +130,7 @@ def checked_args(
         flag = flag_name(str(key))
         known = support.flags.get(flag)
         dest = known.dest if known else ""
+        shown = HIDDEN if secret_flag(support, flag) else value  # a value that may be a secret is never printed
         if dest and secret_dest(dest):
             problems.add(
                 where,
@@ -127,11 +146,22 @@ def checked_args(
         elif flag in MANAGED_FLAGS or flag in MANAGED_FIXES or (dest and dest in managed):
             canonical, fix = managed.get(dest) or (flag, MANAGED_FIXES.get(flag) or f"use {MANAGED_FLAGS[flag]}")
             alias = f" (an alias of {canonical})" if canonical != flag else ""
-            problems.add(where, f"{variable}.{key}", value, f"{flag}{alias} is set by sglang-fleet", fix)
+            problems.add(where, f"{variable}.{key}", shown, f"{flag}{alias} is set by sglang-fleet", fix)
             valid = False
         elif flag.startswith("--speculative-"):
             problems.add(
-                where, f"{variable}.{key}", value, "speculative settings have their own variable", "use sglang_speculative"
+                where, f"{variable}.{key}", shown, "speculative settings have their own variable", "use sglang_speculative"
+            )
+            valid = False
+        elif str(key) != flag.removeprefix("--"):
+            # One spelling, SGLang's own: a key written another way (snake case, or with --) would name the same flag
+            # as its other spelling, escape the checks that read the key as written, and render the flag twice.
+            problems.add(
+                where,
+                f"{variable}.{key}",
+                shown,
+                f"keys are SGLang's flags without -- and with - between words, as `--help` lists them ({flag})",
+                f"write {flag.removeprefix('--')}",
             )
             valid = False
         elif check_flag(problems, support, where, f"{variable}.{key}", flag, value):

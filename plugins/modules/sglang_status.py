@@ -13,11 +13,13 @@ from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness impo
 
 DOCUMENTATION = r"""
 module: sglang_status
-short_description: Reports each SGLang instance's health, settings, uptime, restarts and unit sandboxing
+short_description: Reports each SGLang instance's and router's health, settings, uptime, restarts and unit sandboxing
 description:
   - For each instance reads its unit from systemd (state, uptime, restart count), asks C(/health_generate),
     reads C(/server_info) (SGLang version, speculative algorithm, average accept length) and scores the unit
     with C(systemd-analyze security).
+  - For each router process (the host's router, the fleet gateway) reads its unit likewise and asks C(/readiness)
+    (200 once it routes to a healthy worker).
   - Returns only those fields. C(/server_info) also echoes the API key; it is never returned.
   - Changes nothing.
 options:
@@ -26,6 +28,11 @@ options:
     type: list
     elements: dict
     required: true
+  routers:
+    description: The host's router processes, each C({name, unit, url, remote_url}) (C(remote_url) empty on loopback).
+    type: list
+    elements: dict
+    default: []
   api_key:
     description: The servers' API key.
     type: str
@@ -41,8 +48,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 instances:
-  description: One entry per instance (name, port, url, gpus, model, version, speculative_algorithm, accept_length,
-    health, active_state, uptime_seconds, restarts, exposure).
+  description: One entry per instance (name, port, url, remote_url, gpus, model, version, speculative_algorithm,
+    accept_length, health, active_state, uptime_seconds, restarts, exposure).
+  returned: always
+  type: list
+routers:
+  description: One entry per router process (name, url, remote_url, health, active_state, uptime_seconds, restarts,
+    exposure).
   returned: always
   type: list
 """
@@ -68,20 +80,28 @@ def health(url: str) -> str:
     return "ready" if code == 200 else ("starting" if code == 503 else f"down ({code or 'no answer'})")
 
 
-def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, Any]:
-    unit = unit_properties(instance["unit"])
+def unit_state(unit_name: str, now: float) -> dict[str, Any]:
+    """A unit's state, uptime, restarts and exposure score."""
+    unit = unit_properties(unit_name)
     started = unit.get("ActiveEnterTimestamp", "").lstrip("@")
+    return {
+        "active_state": unit.get("ActiveState", "?"),
+        "restarts": int(unit.get("NRestarts") or 0),
+        "uptime_seconds": int(now - float(started)) if unit.get("ActiveState") == "active" and started.isdigit() else None,
+        "exposure": exposure(unit_name),
+    }
+
+
+def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, Any]:
     state = {
         "name": instance["name"],
         "port": instance["port"],
         "url": instance["url"],
+        "remote_url": instance.get("remote_url") or "",
         "gpus": ",".join(str(gpu) for gpu in instance["gpu_ids"]),
         "model": instance["served_model_name"],
-        "active_state": unit.get("ActiveState", "?"),
-        "restarts": int(unit.get("NRestarts") or 0),
-        "uptime_seconds": int(now - float(started)) if unit.get("ActiveState") == "active" and started.isdigit() else None,
+        **unit_state(instance["unit"], now),
         "health": health(instance["url"]),
-        "exposure": exposure(instance["unit"]),
         "version": None,
         "speculative_algorithm": None,
         "accept_length": None,
@@ -99,19 +119,37 @@ def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, An
     return state
 
 
+def router_health(url: str) -> str:
+    code = http_status(f"{url}/readiness", timeout=10.0)
+    return "ready" if code == 200 else ("no healthy worker" if code == 503 else f"down ({code or 'no answer'})")
+
+
+def describe_router(router: dict[str, Any], now: float) -> dict[str, Any]:
+    return {
+        "name": router["name"],
+        "url": router["url"],
+        "remote_url": router.get("remote_url") or "",
+        **unit_state(router["unit"], now),
+        "health": router_health(router["url"]),
+    }
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
     module = AnsibleModule(
         argument_spec={
             "instances": {"type": "list", "elements": "dict", "required": True},
+            "routers": {"type": "list", "elements": "dict", "default": []},
             "api_key": {"type": "str", "default": "", "no_log": True},
         },
         supports_check_mode=True,
     )
     now = time.time()
     module.exit_json(
-        changed=False, instances=[describe(instance, module.params["api_key"], now) for instance in module.params["instances"]]
+        changed=False,
+        instances=[describe(instance, module.params["api_key"], now) for instance in module.params["instances"]],
+        routers=[describe_router(router, now) for router in module.params["routers"]],
     )
 
 

@@ -12,7 +12,7 @@ from fleet import Run, file_digests, on_host, overlay_inventory, run_playbook, u
 def test_status_table_shows_every_instance_ready_and_sandboxed(sandbox: Run) -> None:
     result = run_playbook("playbooks/status.yml")
     assert result.rc == 0, result.failure_messages()
-    table = next(data["res"]["msg"] for data in result.results() if data["task"] == "Show every instance")
+    table = next(data["res"]["msg"] for data in result.results() if data["task"].startswith("Show every instance"))
     assert table[0].split() == [
         "HOST",
         "INSTANCE",
@@ -28,12 +28,19 @@ def test_status_table_shows_every_instance_ready_and_sandboxed(sandbox: Run) -> 
         "EXPOSURE",
         "URL",
     ]
-    rows = [line.split() for line in table[1:]]
-    assert [(row[0], row[1]) for row in rows] == [("ct129", "sglang-30000")] + [("b200", f"sglang-{30000 + i}") for i in range(7)]
+    rows = [line.split() for line in table[1:-1]]
+    assert [(row[0], row[1]) for row in rows] == [
+        ("ct129", "sglang-30000"),
+        *[("b200", f"sglang-{30000 + i}") for i in range(7)],
+        ("b200", "router"),
+    ]
     for row in rows:
-        assert row[5] == "0.5.23" and row[6] == "EAGLE" and row[8] == "ready"
+        assert row[8] == "ready"
         assert float(row[11]) <= 3.0, "systemd-analyze security exposure of the unit"
-        assert row[12] == f"http://127.0.0.1:{row[2]}", "bound to loopback: reachable on the host"
+        assert row[12:] == [f"http://127.0.0.1:{row[2]}", "(on", f"{row[0]}", "only)"], "bound to loopback: on the host only"
+    for row in rows[:-1]:
+        assert row[5] == "0.5.23" and row[6] == "EAGLE"
+    assert table[-1].startswith("A URL marked (on HOST only) listens on that host's loopback: reach it there, e.g. docker exec")
 
 
 def test_prometheus_targets_and_alert_rules(sandbox: Run, tmp_path: Path) -> None:
@@ -89,8 +96,9 @@ def test_status_bench_and_prometheus_under_limit_cover_the_visited_hosts_and_kee
     assert dashboard_hosts(tmp_path) == "/^(ct129|b200)$/", "the dashboard left out a host --limit did not visit"
     status = run_playbook("playbooks/status.yml", limit="b200")
     assert status.rc == 0, status.failure_messages()
-    table = next(data["res"]["msg"] for data in status.results() if data["task"] == "Show every instance")
-    assert [line.split()[:2] for line in table[1:]] == [["b200", f"sglang-{30000 + i}"] for i in range(7)]
+    table = next(data["res"]["msg"] for data in status.results() if data["task"].startswith("Show every instance"))
+    listed = [line.split()[:2] for line in table[1:-1]]
+    assert listed == [["b200", f"sglang-{30000 + i}"] for i in range(7)] + [["b200", "router"]]
     bench = run_playbook(
         "playbooks/bench.yml",
         limit="b200",

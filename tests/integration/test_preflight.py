@@ -28,6 +28,7 @@ MODEL = "/srv/models/Qwen3.6-27B"
 # Every case's hosts serve the stand-in of production's model (roles/testhost) rather than the sandbox's small one.
 STAND_IN_MODEL = {"sglang_model": {}, "sglang_model_path": MODEL}
 PREFLIGHT_FAILED = "preflight did not complete"
+GATE_STOPS_EVERY_HOST = "Say why every host stops"
 MAKE_MODEL_VARIANT = """
 import json, os, sys
 source, target, change = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -298,6 +299,13 @@ def refuse(cases: list[dict[str, Any]], directory: Path) -> Run:
     return run_playbook("deploy.yml", inventory=inventory, limit=None if everywhere else ",".join(sorted(hosts)))
 
 
+def refusal(run: Run) -> list[str]:
+    """What a refused deploy said: each failed host's message, and the gate's word on a host that did not complete
+    preflight (the other hosts stop there, not failed for it)."""
+    said = [data["res"].get("msg") or [] for data in run.results() if data["task"].startswith(GATE_STOPS_EVERY_HOST)]
+    return run.failure_messages() + [line for lines in said for line in lines]
+
+
 # The cases whose setups are made for every deploy (refused): their problems may be in any deploy's report.
 SET_UP = [case for case in CORPUS if case.get("setup")]
 
@@ -314,7 +322,7 @@ class Deploy:
         a case with a setup (made for every deploy), which may be that case's message: a case never passes thanks to
         another's."""
         others = [fragment for other in [*self.cases, *SET_UP] if other is not case for fragment in other["expect"]]
-        return [line for line in self.run.failure_messages() if not any(fragment in line for fragment in others)]
+        return [line for line in refusal(self.run) if not any(fragment in line for fragment in others)]
 
     def reports(self, case: dict[str, Any]) -> bool:
         lines = self.lines_of(case)

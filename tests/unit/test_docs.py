@@ -42,3 +42,14 @@ def test_every_playbook_setting_is_in_the_readme(playbook: Path) -> None:
     }
     undocumented = sorted(name for name in settings if not re.search(rf"`{re.escape(name)}`", README))
     assert undocumented == [], f"not in README.md: {undocumented}"
+
+
+def test_every_speculative_algorithm_of_the_pinned_version_is_documented() -> None:
+    """The README's table and the plan's argument spec name each algorithm the pinned SGLang accepts."""
+    pinned = yaml.safe_load((ROOT / "roles/sglang_plan/defaults/main.yml").read_text())["sglang_version"]
+    table = yaml.safe_load((ROOT / f"roles/sglang_plan/files/sglang-{pinned}.json").read_text())
+    spec = yaml.safe_load((ROOT / "roles/sglang_plan/meta/argument_specs.yml").read_text())["argument_specs"]
+    described = " ".join(spec["main"]["options"]["sglang_speculative"]["description"])
+    rows = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", README, flags=re.MULTILINE))
+    assert set(table["speculative_algorithms"]) <= rows
+    assert [name for name in table["speculative_algorithms"] if name not in described] == []

@@ -146,6 +146,44 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
         {},
         "set num_draft_tokens: 4",
     ),
+    (
+        "snake-case-key",
+        "b200",
+        {"sglang_instance_overrides": {1: {"server_args": {"max_running_requests": 48}}}},
+        {},
+        "b200 instance sglang-30001: sglang_instance_overrides.1.server_args.max_running_requests=48: keys are SGLang's"
+        " flags without -- and with - between words, as `--help` lists them (--max-running-requests); fix: write"
+        " max-running-requests",
+    ),
+    (
+        "dashed-key",
+        "b200",
+        {"sglang_server_args": {"--max-running-requests": 48}},
+        {},
+        "b200 host: sglang_server_args.--max-running-requests=48: keys are SGLang's flags without --",
+    ),
+    (
+        "ngram-top-k",
+        "b200",
+        {"sglang_speculative": {"algorithm": "NGRAM", "eagle_topk": 4}},
+        {},
+        "b200 instance sglang-30000: sglang_speculative.eagle_topk=4: SGLang 0.5.23 sets NGRAM's eagle_topk to"
+        " --speculative-ngram-max-bfs-breadth",
+    ),
+    (
+        "dspark-steps",
+        "b200",
+        {"sglang_speculative": {"algorithm": "DSPARK", "num_steps": 3}},
+        {},
+        "sglang_speculative.num_steps=3: SGLang 0.5.23 sets DSPARK's num_steps to 1 and ignores this value",
+    ),
+    (
+        "dflash-without-draft",
+        "b200",
+        {"sglang_speculative": {"algorithm": "DFLASH"}},
+        {},
+        "b200 instance sglang-30000: sglang_speculative.draft_model_path=null: DFLASH needs a draft model",
+    ),
     ("too-little-memory", "ct129", {"sglang_server_args": {"mem-fraction-static": 0.5}}, {}, "short by"),
     (
         "host-cache",

@@ -172,10 +172,10 @@ def test_a_role_deploy_includes_has_no_tasks_with_tags_of_their_own() -> None:
 
 
 # The published facts each role's entry points declare as options (cuda reads none; the runtime's checks parse as the
-# servers' account, in their sandbox: sglang_service).
+# servers' account, in their sandbox, and so does a runtime its main entry point installs: sglang_service).
 REQUIRED = {
     "cuda": set(),
-    "sglang_venv": {("checks", "sglang_service")},
+    "sglang_venv": {("checks", "sglang_service"), ("main", "sglang_service")},
     "sglang_server": {
         ("main", "sglang_runtime"),
         ("main", "cuda_environment"),
