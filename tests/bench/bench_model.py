@@ -9,7 +9,9 @@ interfaces (/sys/class/net/*/statistics inside each container, loopback left out
 - a deploy of the model to ct129 from the control node's cache (the mirror: no file again) and what landed there;
 - then a no-op deploy: the mirror and the interfaces (goal: no file bytes), changed, and the files the product says
   it hashed (its own report: hashing leaves no trace outside it) and the seconds the fetch and the probe took.
-The sandbox's ct129 is put back on its own model afterwards.
+The sandbox's ct129 is put back on its own model afterwards. The sandbox reaches its hosts with Ansible's docker
+connection: the files a deploy sends go through `docker exec`, not the hosts' interfaces, which therefore show
+whether a host fetched anything itself (goal: nothing).
 """
 
 from __future__ import annotations
