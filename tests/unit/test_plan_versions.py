@@ -40,7 +40,8 @@ def test_every_supported_version_has_its_table_and_constraints() -> None:
         assert link.is_symlink() and link.resolve() == ROOT / f"roles/sglang_plan/files/sglang-{version}.json"
         assert _table(version)["sglang_version"] == version
         constraints = (ROOT / f"roles/sglang_venv/files/constraints-{version}.txt").read_text().splitlines()
-        assert f"sglang=={version}" in constraints and "sglang-router==0.3.2" in constraints
+        assert f"sglang=={version}" in constraints and "smg==1.13.0" in constraints
+        assert not any(line.startswith("sglang-router==") for line in constraints)
     assert "torch==2.11.0" in (ROOT / "roles/sglang_venv/files/constraints-0.5.17.txt").read_text().splitlines()
 
 
