@@ -111,7 +111,9 @@ def sglang_gateway_members(
     for host in inventory_hosts:
         if host not in hosts:
             variables = hostvars[host]
-            keep.add(str(variables.get("sglang_advertise_host") or variables.get("ansible_host") or host))
+            # As the URL's host part reads (urlsplit's hostname): an IPv6 address without its brackets.
+            address = str(variables.get("sglang_advertise_host") or variables.get("ansible_host") or host)
+            keep.add(address.removeprefix("[").removesuffix("]"))
     return {"workers": workers, "models": models, "keep": sorted(keep), "displaced": displaced}
 
 
