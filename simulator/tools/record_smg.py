@@ -8,6 +8,14 @@ smg==1.13.0``); the workers are this checkout's simulator (SGLang 0.5.23 mode). 
 the paths the gateway asked the workers for) and ``OUT_DIR/metrics.healthy.txt`` / ``metrics.unhealthy.txt``
 (its Prometheus exposition with both workers healthy, and with one stopped). Timings are wall-clock seconds
 on the recording machine: the figures, not a contract.
+
+    python simulator/tools/record_smg.py policy OUT_JSON smg=/tmp/smgvenv/bin/python \
+        sglang-router=/tmp/srvenv/bin/python
+
+records whether each router (``NAME=PYTHON``: the Python of a venv holding it, its entry point run as the
+fleet's launcher runs it) starts with ``--policy power_of_two`` as the fleet starts it - no workers on its
+command line, registered through ``POST /workers`` once it answers - in its single-pool mode and in its
+multi-model mode (``--enable-igw``), and how it then spreads 20 requests over the two workers.
 """
 
 from __future__ import annotations
@@ -99,8 +107,9 @@ def timeline(gateway: str, seconds: float, until: Any) -> list[list[Any]]:
     return seen
 
 
-def main(smg: str, out: Path, started: list[subprocess.Popen[Any]]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+def start_workers(started: list[subprocess.Popen[Any]]) -> tuple[Path, list[str], list[Path]]:
+    """Two simulator workers (SGLang 0.5.23 mode, --api-key) on 127.0.0.1:31000 and :31001, answering /health:
+    the work folder, their URLs and their logs (uvicorn-style access lines)."""
     work = Path(tempfile.mkdtemp(prefix="record-smg-"))
     model = work / "model"
     model.mkdir()
@@ -119,19 +128,26 @@ def main(smg: str, out: Path, started: list[subprocess.Popen[Any]]) -> None:
     env.update(SGLANG_SIM_WARMUP_SECONDS="0.2", SGLANG_SIM_HEALTH_SECONDS="0", SGLANG_SIM_STOP_SECONDS="0.2")
     ports = [31000, 31001]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
-    workers = []
+    logs = [work / f"worker-{port}.log" for port in ports]
     for index, port in enumerate(ports):
         argv = [sys.executable, "-m", "sglang_simulator", "--model-path", str(model),
                 "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
                 "--api-key", CLIENT_KEY]  # fmt: skip
-        log = (work / f"worker-{port}.log").open("w")
-        workers.append(
+        log = logs[index].open("w")
+        started.append(
             subprocess.Popen(argv, env=dict(env, CUDA_VISIBLE_DEVICES=str(index)), stdout=log, stderr=log)
         )
-        started.append(workers[-1])
     for url in urls:
         while call(url + "/health")[0] != 200:
             time.sleep(0.1)
+    return work, urls, logs
+
+
+def main(smg: str, out: Path, started: list[subprocess.Popen[Any]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    work, urls, _ = start_workers(started)
+    workers = started[-2:]
+    ports = [31000, 31001]
     discovery = work / "workers.json"
     manifest(discovery, urls)
     gateway, metrics_url = "http://127.0.0.1:31100", "http://127.0.0.1:31190"
@@ -229,5 +245,75 @@ def record(smg: str, out: Path) -> None:
                 process.wait()
 
 
+ENTRY_POINTS = {"smg": "smg.launch_router", "sglang-router": "sglang_router.launch_router"}
+GATEWAY = "http://127.0.0.1:31100"
+
+
+def try_router(python: str, entry_point: str, mode: list[str], urls: list[str], logs: Path) -> dict[str, Any]:
+    argv = [python, "-m", entry_point, "--host", "127.0.0.1", "--port", "31100", "--prometheus-port", "31190",
+            "--policy", "power_of_two", "--log-level", "warn", "--api-key", CLIENT_KEY,
+            "--control-plane-api-keys", "fleet:sglang-fleet:admin:" + ADMIN_KEY, *mode]  # fmt: skip
+    log = logs / f"{entry_point}{''.join(mode)}.log"
+    router = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while router.poll() is None and call(GATEWAY + "/liveness")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if router.poll() is not None:
+            lines = log.read_text().splitlines()
+            first = next(i for i, line in enumerate(lines) if "panicked at" in line or "Error: " in line)
+            cause = [line.strip() for line in lines[first : first + 2] if "panicked at" not in line]
+            return {"started": False, "returncode": router.returncode, "error": cause}
+        for url in urls:
+            call(
+                GATEWAY + "/workers",
+                "POST",
+                {"url": url, "model_id": MODEL, "api_key": CLIENT_KEY},
+                ADMIN_KEY,
+            )
+        while (
+            call(GATEWAY + "/readiness")[1].count('"healthy_workers":2') == 0 and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+        chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        statuses = [call(GATEWAY + "/v1/chat/completions", "POST", chat, CLIENT_KEY)[0] for _ in range(20)]
+        listed = json.loads(call(GATEWAY + "/workers", key=ADMIN_KEY)[1])["workers"]
+        return {
+            "started": True,
+            "statuses": sorted(set(statuses)),
+            "workers": sorted(w["url"] for w in listed),
+        }
+    finally:
+        if router.poll() is None:
+            router.terminate()
+            router.wait(30)
+
+
+def record_policy(out: Path, routers: dict[str, str]) -> None:
+    """The power_of_two recording (see the module's docstring)."""
+    started: list[subprocess.Popen[Any]] = []
+    try:
+        work, urls, logs = start_workers(started)
+        result: dict[str, Any] = {}
+        for name, python in routers.items():
+            for mode in ([], ["--enable-igw"]):
+                chats = "POST /v1/chat/completions"
+                before = [log.read_text().count(chats) for log in logs]
+                answer = try_router(python, ENTRY_POINTS[name], mode, urls, work)
+                if answer["started"]:
+                    after = [log.read_text().count(chats) for log in logs]
+                    answer["served_per_worker"] = [b - a for a, b in zip(before, after, strict=True)]
+                result[f"{name} {' '.join(mode) or 'single-pool'}"] = answer
+        out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
 if __name__ == "__main__":
-    record(sys.argv[1], Path(sys.argv[2]))
+    if sys.argv[1] == "policy":
+        record_policy(Path(sys.argv[2]), dict(arg.split("=", 1) for arg in sys.argv[3:]))
+    else:
+        record(sys.argv[1], Path(sys.argv[2]))

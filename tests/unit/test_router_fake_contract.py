@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_router_mode_args
 from test_sglang_router_client import W1, W2, FakeRouter
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "recordings/smg-1.13.0/answers.json").read_text())
@@ -86,3 +87,21 @@ def test_a_removal_drains_then_unlists_as_recorded(fake: FakeRouter) -> None:
     removed_url = next(url for url, *_ in after_delete[1] if url not in [u for u, *_ in unlisted[1]])
     recorded_states = [next(((s, h) for u, s, h in state if u == removed_url), None) for _, state in (after_delete, unlisted)]
     assert seen == recorded_states == [("draining", False), None]
+
+
+POLICY = json.loads((Path(__file__).resolve().parents[1] / "recordings/smg-1.13.0/power_of_two.json").read_text())
+
+
+def test_power_of_two_starts_only_in_the_mode_the_fleet_gives_it() -> None:
+    """As recorded (the real routers started as the fleet starts them, workers registered after the start): smg
+    1.13.0 and sglang-router 0.3.2 refuse power_of_two in their single-pool mode; smg's multi-model mode starts,
+    answers and spreads the requests over both workers (0.3.2's panicked offline fetching its vocabulary). The unit's
+    mode flags follow: the multi-model mode for power_of_two, with one model or several."""
+    refusal = "Power-of-two policy requires at least 2 workers"
+    for router in ("smg single-pool", "sglang-router single-pool"):
+        assert not POLICY[router]["started"] and refusal in POLICY[router]["error"][0], router
+    served = POLICY["smg --enable-igw"]
+    assert served["started"] and served["statuses"] == [200] and all(served["served_per_worker"])
+    assert not POLICY["sglang-router --enable-igw"]["started"]
+    assert sglang_router_mode_args(False, "power_of_two") == sglang_router_mode_args(True, "power_of_two") == ["--enable-igw"]
+    assert sglang_router_mode_args(False, "cache_aware") == []
