@@ -13,7 +13,7 @@ from typing import Any
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import tokenizer_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import group_model_paths
-from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, remote_url
+from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, connect_url, remote_url, url_host
 from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines, parse_problems
 from ansible_collections.sglang.fleet.plugins.module_utils.plan import plan_host
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
@@ -80,6 +80,8 @@ class FilterModule:
             "sglang_instance_file_set": instance_files,
             "sglang_problem": problem_line,
             "sglang_connect_host": connect_host,
+            "sglang_connect_url": connect_url,
+            "sglang_url_host": url_host,
             # How another host reaches a server bound to an address: (listen_host, advertised host, port) -> URL or "".
             "sglang_remote_url": remote_url,
             # The --tokenizer-path directories the plan's probe reads beside the model's.

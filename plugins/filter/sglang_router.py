@@ -20,6 +20,14 @@ def sglang_router_flags(extra: dict[str, Any]) -> list[str]:
     return [word for key, value in sorted(extra.items()) for word in render_flag("--" + str(key).removeprefix("--"), value, str)]
 
 
+def sglang_router_mode_args(by_model: bool, policy: str) -> list[str]:
+    """The gateway's mode flags: its multi-model mode (``--enable-igw``) in front of several models (`by_model`), and
+    also for the policy power_of_two, which smg 1.13.0 (and sglang-router 0.3.2) refuses in its single-pool mode
+    unless given two workers on its command line ("Power-of-two policy requires at least 2 workers"; the fleet
+    registers the workers after the start). In the multi-model mode a request names its model."""
+    return ["--enable-igw"] if by_model or policy == "power_of_two" else []
+
+
 def sglang_router_problems(
     host: str,
     port: int,
@@ -103,7 +111,9 @@ def sglang_gateway_members(
     for host in inventory_hosts:
         if host not in hosts:
             variables = hostvars[host]
-            keep.add(str(variables.get("sglang_advertise_host") or variables.get("ansible_host") or host))
+            # As the URL's host part reads (urlsplit's hostname): an IPv6 address without its brackets.
+            address = str(variables.get("sglang_advertise_host") or variables.get("ansible_host") or host)
+            keep.add(address.removeprefix("[").removesuffix("]"))
     return {"workers": workers, "models": models, "keep": sorted(keep), "displaced": displaced}
 
 
@@ -316,6 +326,7 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "sglang_router_flags": sglang_router_flags,
+            "sglang_router_mode_args": sglang_router_mode_args,
             "sglang_router_problems": sglang_router_problems,
             "sglang_gateway_members": sglang_gateway_members,
             "sglang_gateway_problems": sglang_gateway_problems,

@@ -7,9 +7,17 @@ from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
 
-# SGLang 0.5.23 publishes wheels for CPython 3.11-3.13, built for manylinux_2_34 (glibc 2.34+).
-SUPPORTED_PYTHON = ((3, 11), (3, 13))
-MIN_GLIBC = (2, 34)
+# The CPython versions and the glibc each supported SGLang release publishes wheels for (its wheel tags on the package
+# index: pip download --no-deps --only-binary=:all: --python-version X --platform manylinux_2_Y_x86_64 sglang==V
+# finds cp310-cp313 manylinux_2_34 for 0.5.17, cp311-cp313 manylinux_2_34 for 0.5.23, nothing below glibc 2.34; an
+# older glibc gets an old release's wheel when nothing pins the version).
+WHEEL_TAGS: dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int]]] = {
+    "0.5.17": ((3, 10), (3, 13), (2, 34)),
+    "0.5.23": ((3, 11), (3, 13), (2, 34)),
+}
+NEWEST = max(WHEEL_TAGS, key=lambda release: tuple(int(part) for part in release.split(".")))
+# The gateway package's first release under its own name: smg 1.x (sglang-router stopped at 0.3.2).
+GATEWAY_FIRST = (1, 0)
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -25,9 +33,13 @@ def sglang_venv_problems(
     installs_python: bool,
     glibc: str,
     version: str,
+    router_version: str = "",
 ) -> list[str]:
-    """Problems with the runtime choice, the Python that builds the venv, and glibc."""
+    """Problems with the runtime choice, the Python that builds the venv and glibc (against the wheel tags of SGLang
+    `version`), and the pinned gateway (`router_version`)."""
     problems = []
+    low, high, min_glibc = WHEEL_TAGS.get(version, WHEEL_TAGS[NEWEST])
+    pythons = f"{low[0]}.{low[1]}-{high[0]}.{high[1]}"
     if runtime not in runtimes:
         problems.append(
             problem_line(host, "host", "sglang_venv_runtime", runtime, "unknown runtime", f"use one of {', '.join(runtimes)}")
@@ -41,12 +53,12 @@ def sglang_venv_problems(
                 "sglang_venv_python",
                 python,
                 f"does not run ({why[0]})",
-                "install Python 3.11-3.13 and point sglang_venv_python at it",
+                f"install Python {pythons} and point sglang_venv_python at it",
             )
         )
     else:
         found = _version(str(python_result.get("stdout", "")).strip())
-        if not installs_python and not SUPPORTED_PYTHON[0] <= found[:2] <= SUPPORTED_PYTHON[1]:
+        if not installs_python and not low <= found[:2] <= high:
             shown = ".".join(map(str, found))
             problems.append(
                 problem_line(
@@ -54,19 +66,33 @@ def sglang_venv_problems(
                     "host",
                     "sglang_venv_python",
                     python,
-                    f"Python {shown} has no SGLang {version} wheels (3.11-3.13 only)",
-                    "install python3.11, 3.12 or 3.13 (e.g. from deadsnakes on Ubuntu 22.04) and set sglang_venv_python",
+                    f"Python {shown} has no SGLang {version} wheels ({pythons} only)",
+                    f"install Python {pythons} (e.g. python3.11 from deadsnakes on Ubuntu 22.04) and set sglang_venv_python",
                 )
             )
-    if glibc and _version(glibc) < MIN_GLIBC:
+    if glibc and _version(glibc) < min_glibc:
         problems.append(
             problem_line(
                 host,
                 "host",
                 "glibc",
                 glibc,
-                f"SGLang {version} wheels need glibc 2.34 or newer",
+                f"SGLang {version} wheels are manylinux_{min_glibc[0]}_{min_glibc[1]}: they need glibc "
+                f"{min_glibc[0]}.{min_glibc[1]} or newer",
                 "upgrade the distribution (Debian 12+, Ubuntu 22.04+)",
+            )
+        )
+    if router_version and _version(router_version)[:2] < GATEWAY_FIRST:
+        problems.append(
+            problem_line(
+                host,
+                "host",
+                "sglang_venv_router_version",
+                router_version,
+                "sglang-router is retired (0.3.2 was its last release; it polls /get_load, which SGLang 0.5.23 "
+                "removed); the fleet runs its successor, the SGLang Model Gateway (smg)",
+                "remove sglang_venv_router_version from the inventory (default: smg 1.13.0); a normal deploy moves "
+                "the routers and gateways to smg",
             )
         )
     return problems

@@ -7,7 +7,7 @@ from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.flags import flag_name, render_flag
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
-from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, is_loopback, remote_url
+from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_url, is_loopback, remote_url
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
 from ansible_collections.sglang.fleet.plugins.module_utils.server_settings import (
     check_environment,
@@ -173,7 +173,7 @@ def derive_instances(
                 "nccl_port": nccl_base + index,
                 "gpu_ids": gpus,
                 "gpu_uuids": [uuids[gpu] for gpu in gpus if gpu in uuids],
-                "url": f"http://{connect_host(listen_host)}:{port}",
+                "url": connect_url(listen_host, port),
                 # How a gateway on another host reaches it ("" on loopback).
                 "remote_url": remote_url(listen_host, str(settings.get("advertise_host") or settings["host"]), port),
                 "model_path": model_path,

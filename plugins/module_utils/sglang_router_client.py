@@ -1,10 +1,12 @@
-"""Client for the worker-management API of the SGLang router (sglang-router 0.3.2, the Rust "smg" gateway).
+"""Client for the worker-management API of the SGLang Model Gateway (smg 1.13.0; sglang-router 0.3.2 before it).
 
 Stdlib only (urllib, json), for Ansible modules on Python >= 3.8 (builtin generics and ``X | None`` appear in
-annotations only, which ``from __future__ import annotations`` leaves unevaluated). What the router does, as observed on 0.3.2:
+annotations only, which ``from __future__ import annotations`` leaves unevaluated). What the gateway does, as recorded
+on smg 1.13.0 (tests/recordings/smg-1.13.0; the same API as sglang-router 0.3.2 but for the drain on removal):
 
-* ``GET /workers`` -> 200 ``{"workers": [{"id": "<uuid>", "url": ..., "is_healthy": true, "model_id": ...,
-  "load": ..., "worker_type": "regular", "connection_mode": "HTTP", "metadata": {...}, ...}], "total": n, "stats": {...}}``.
+* ``GET /workers`` -> 200 ``{"workers": [{"id": "<uuid>", "url": ..., "is_healthy": true, "status": "ready",
+  "model_id": ..., "load": ..., "worker_type": "regular", "connection_mode": "http", "labels": {...}, ...}], "total": n,
+  "stats": {...}}``.
   Only registered workers are listed; an addition still in progress is not.
 * ``POST /workers`` ``{"url": ...}`` (optional ``"api_key"``: the key the worker expects) -> 202
   ``{"status": "accepted", "worker_id": ..., "location": "/workers/<id>", ...}``. The addition runs in the background:
@@ -12,9 +14,10 @@ annotations only, which ``from __future__ import annotations`` leaves unevaluate
   and lists the worker, already healthy, once that answers 200 (~1 s after the POST for a running SGLang, whose
   /health takes ~1 s). Posting a URL that is already registered answers 202 and
   changes nothing.
-* ``DELETE /workers/<uuid>`` -> 202; the worker is unlisted within milliseconds. There is no removal by URL (400). A
-  DELETE for an addition still in progress answers 202 but does nothing: that addition still registers the worker
-  once it answers.
+* ``DELETE /workers/<uuid>`` -> 202; the worker is listed at once as ``"status": "draining"`` (``is_healthy`` false:
+  no new requests) and unlisted 5 s later (the gateway's drain settle; recorded 5.04 s). There is no removal by URL
+  (400). A DELETE for an addition still in progress answers 202 but does nothing: that addition still registers the
+  worker once it answers.
 * URLs are stored as given: ``http://h:1/`` and ``http://h:1`` would be two workers. This client sends and matches
   URLs without a trailing slash.
 * A router started with ``--api-key`` (or ``--control-plane-api-keys``) wants ``Authorization: Bearer <key>`` on

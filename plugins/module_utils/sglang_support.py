@@ -157,27 +157,46 @@ def secret_flag(support: Support, flag: str) -> bool:
     return any(secret_dest(support.flags[name].dest or name.lstrip("-").replace("-", "_")) for name in nearest)
 
 
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else -1 for part in version.split("."))
+
+
+def gone_since(support: Support, flag: str) -> str:
+    """When `flag` (retired in `support`'s version) went: after the newest older supported release that still accepts
+    it, as "after SGLang 0.5.17 (gone in 0.5.23; deprecated in 0.5.17)"; "" when no older supported release has it.
+    The supported releases bound the window: a release between them without a table cannot be named."""
+    older = [o for o in support.others if _release(o.version) < _release(support.version) and flag in o.flags]
+    if not older:
+        return ""
+    last = max(older, key=lambda other: _release(other.version))
+    deprecated = f"; deprecated in {last.version}" if last.flags[flag].deprecated else ""
+    return f" after SGLang {last.version} (gone in {support.version}{deprecated})"
+
+
 def check_flag(problems: HostProblems, support: Support, where: str, variable: str, flag: str, value: Any) -> bool:
     """True when `flag` is a flag the pinned SGLang knows and `value` fits it; otherwise records why not (the value
     shown as <hidden> for a flag that may be a secret: secret_flag)."""
     shown = HIDDEN if secret_flag(support, flag) else value
     if flag in support.renamed_flags:
         still = support.versions_with(lambda other: has_flag(other, flag))
+        went = gone_since(support, flag)
         problems.add(
             where,
             variable,
             shown,
-            f"{flag} does not exist in SGLang {support.version}" + (f" ({since(still)} has it)" if still else ""),
+            (f"{flag} was removed{went}" if went else f"{flag} does not exist in SGLang {support.version}")
+            + (f" ({since(still)} has it)" if still else ""),
             f"use {support.renamed_flags[flag]}" + (f" or pin sglang_version {still[0]}" if still else ""),
         )
         return False
     if flag in support.removed_flags:
         still = support.versions_with(lambda other: has_flag(other, flag))
+        went = gone_since(support, flag) or f" in SGLang {support.version}"
         problems.add(
             where,
             variable,
             shown,
-            f"{flag} was removed in SGLang {support.version}" + (f" ({since(still)} has it)" if still else ""),
+            f"{flag} was removed{went}" + (f" ({since(still)} has it)" if still else ""),
             "remove the setting" + (f" or pin sglang_version {still[0]}" if still else ""),
         )
         return False

@@ -410,7 +410,12 @@ class Recording:
 
 def recordings() -> list[Recording]:
     marks = ("README.md", "timeline.json", "summary.json")
-    return [Recording(p) for p in sorted(RECORDINGS.iterdir()) if p.is_dir() and any((p / m).exists() for m in marks)]
+    # Only SGLang's own recordings (sglang-<version>-…): smg-<version>/ records the gateway (test_smg_gateway.py).
+    return [
+        Recording(p)
+        for p in sorted(RECORDINGS.iterdir())
+        if p.is_dir() and not p.name.startswith("smg-") and any((p / m).exists() for m in marks)
+    ]
 
 
 # -- running the simulator ------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ def test_an_install_changed_by_hand_is_found_by_the_probes_and_put_back_and_noth
     assert not {"Install the pinned CUDA wheels into their own venv", "Install the router beside the simulator"} & ran
     home = on_host("ct129", "readlink", "/usr/local/cuda").strip()
     on_host("ct129", "sh", "-c", f"ln -sfn /tmp /usr/local/cuda && rm {venv}/check_server_args.py")
-    on_host("ct129", "sh", "-c", f"mv {venv}/lib/python3.11/site-packages/sglang_router-0.3.2.dist-info /tmp/router.dist-info")
+    on_host("ct129", "sh", "-c", f"mv {venv}/lib/python3.11/site-packages/smg-1.13.0.dist-info /tmp/router.dist-info")
     try:
         checked = run_playbook("deploy.yml", limit="ct129", tags="install", cmdline="--check")
         assert checked.rc == 0, checked.failure_messages()
@@ -119,7 +119,7 @@ def test_an_install_changed_by_hand_is_found_by_the_probes_and_put_back_and_noth
         assert mended.rc == 0, mended.failure_messages()
         assert on_host("ct129", "readlink", "/usr/local/cuda").strip() == home
         assert on_host("ct129", "ls", f"{venv}/check_server_args.py").strip()
-        assert "sglang_router-0.3.2.dist-info" in on_host("ct129", "ls", f"{venv}/lib/python3.11/site-packages")
+        assert "smg-1.13.0.dist-info" in on_host("ct129", "ls", f"{venv}/lib/python3.11/site-packages")
         again = run_playbook("deploy.yml", limit="ct129", tags="install")
         assert again.rc == 0 and again.changed() == [], again.changed()
     finally:

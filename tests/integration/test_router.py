@@ -97,3 +97,38 @@ def test_a_worker_left_out_of_the_router_is_put_back_by_the_next_run(sandbox: Ru
     assert router_worker_urls(healthy=True) == [f"http://127.0.0.1:{30000 + i}" for i in range(7)]
     assert unit_starts("b200") == starts, "no worker was restarted for it"
     assert run_playbook("deploy.yml", limit="b200").changed() == [], "the next run finds nothing to reconcile"
+
+
+CHAT = """
+import json, sys, urllib.request
+model = json.load(urllib.request.urlopen(sys.argv[1] + "/v1/models", timeout=30))["data"][0]["id"]
+body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+for _ in range(int(sys.argv[2])):
+    request = urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    print(urllib.request.urlopen(request, timeout=60).status)
+"""
+
+
+def test_power_of_two_routes_over_the_workers_with_sglang_0_5_23(sandbox: Run) -> None:
+    """sglang_router_policy power_of_two with the simulator in 0.5.23's mode: the router starts, answers every
+    request and spreads them over several workers. sglang-router 0.3.2 refused to start with it (and so does smg in
+    its single-pool mode: "Power-of-two policy requires at least 2 workers", the fleet registering its workers after
+    the start), and 0.3.2 polled /get_load, which 0.5.23 removed."""
+    try:
+        deployed = run_playbook("deploy.yml", limit="b200", extravars={"sglang_router_policy": "power_of_two"})
+        assert deployed.rc == 0, deployed.failure_messages()
+        assert "--policy power_of_two" in on_host("b200", "systemctl", "cat", "sglang-router.service")
+        assert http_status("b200", f"{ROUTER}/readiness") == 200
+        since = on_host("b200", "date", "+%s").strip()
+        assert on_host("b200", "python3", "-c", CHAT, ROUTER, "60").split() == ["200"] * 60
+        served = {
+            port: on_host("b200", "journalctl", "-u", f"sglang-{port}", "--since", f"@{since}", "--no-pager").count(
+                "POST /v1/chat/completions"
+            )
+            for port in range(30000, 30007)
+        }
+        assert sum(served.values()) == 60 and sum(1 for count in served.values() if count) >= 2, served
+    finally:
+        restored = run_playbook("deploy.yml", limit="b200")
+        assert restored.rc == 0, restored.failure_messages()

@@ -28,9 +28,10 @@ DASHBOARD_TEMPLATE = "prometheus/sglang-fleet-dashboard.json.j2"
 CONFIG_TEMPLATE = "prometheus/prometheus.yml.j2"
 FIXTURES = ROOT / "tests/fixtures/prometheus"
 # What real exporters answered on /metrics: SGLang 0.5.17 on an H200 (four scrapes, with and without speculative
-# decoding) and sglang-router 0.3.2 with a healthy and an unhealthy worker (FIXTURES/README.md).
+# decoding) and the gateway the fleet runs, smg 1.13.0, with two healthy workers and with one of them stopped
+# (tests/recordings/smg-1.13.0/README.md).
 SGLANG_RECORDINGS = sorted((ROOT / "tests/recordings/sglang-0.5.17-h200").glob("metrics.*.txt"))
-ROUTER_RECORDINGS = sorted(FIXTURES.glob("sglang-router-0.3.2.*.txt"))
+ROUTER_RECORDINGS = sorted((ROOT / "tests/recordings/smg-1.13.0").glob("metrics.*.txt"))
 # Series Prometheus writes itself for every target; no exporter answers them.
 PROMETHEUS_OWN_SERIES = {"up"}
 # The label Prometheus adds to every target besides those file_sd gives: its address.

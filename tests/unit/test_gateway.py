@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from ansible_collections.sglang.fleet.plugins.filter.sglang_router import (
@@ -13,7 +14,7 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_router import (
     sglang_gateway_problems,
     sglang_gateway_routes,
 )
-from ansible_collections.sglang.fleet.plugins.module_utils.listen import remote_url
+from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_url, remote_url, url_host
 from ansible_collections.sglang.fleet.plugins.modules import sglang_rollout
 
 KEY = hashlib.sha256(b"client-key").hexdigest()
@@ -51,10 +52,41 @@ def hostvars() -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("listen", "expected"),
-    [("127.0.0.1", ""), ("::1", ""), ("0.0.0.0", "http://b200:30001"), ("10.0.0.7", "http://10.0.0.7:30001")],
+    [
+        ("127.0.0.1", ""),
+        ("::1", ""),
+        ("0.0.0.0", "http://b200:30001"),
+        ("10.0.0.7", "http://10.0.0.7:30001"),
+        ("2001:db8::7", "http://[2001:db8::7]:30001"),
+    ],
 )
 def test_another_host_reaches_a_server_at_its_bind_address_or_the_hosts_advertised_one(listen: str, expected: str) -> None:
     assert remote_url(listen, "b200", 30001) == expected
+
+
+def test_an_ipv6_address_is_bracketed_in_every_url_and_target() -> None:
+    """A server on every IPv6 address (::) is reached at the host's advertised IPv6 address, in brackets; the fleet's
+    own clients reach a server bound to ::1 at [::1]; a bracketed or IPv4 address or a name is left as is."""
+    assert remote_url("::", "2001:db8::7", 30001) == "http://[2001:db8::7]:30001"
+    assert remote_url("::", "[2001:db8::7]", 30001) == "http://[2001:db8::7]:30001"
+    assert connect_url("::1", 30100) == "http://[::1]:30100"
+    assert connect_url("0.0.0.0", 30100) == connect_url("::", 30100) == "http://127.0.0.1:30100"
+    assert connect_url("fe80::1%eth0", 30000) == "http://[fe80::1%eth0]:30000"
+    assert [url_host(host) for host in ("b200", "10.0.0.7", "2001:db8::7")] == ["b200", "10.0.0.7", "[2001:db8::7]"]
+    assert urlsplit(remote_url("2001:db8::7", "b200", 30001)).hostname == "2001:db8::7"
+    assert urlsplit(remote_url("2001:db8::7", "b200", 30001)).port == 30001
+
+
+def test_the_gateway_reaches_a_host_on_ipv6_at_its_bracketed_address(hostvars: dict[str, Any]) -> None:
+    """b200's instances as a gateway on ct129 registers them when b200 listens on every address and advertises an
+    IPv6 address; the gateway keeps the workers of that host, outside a limited run, by the same address."""
+    b200 = [instance(port, "b200") | {"remote_url": remote_url("::", "2001:db8::7", port)} for port in (30000, 30001)]
+    hostvars["b200"] = {"sglang_instances": b200, "sglang_advertise_host": "2001:db8::7"}
+    hostvars["b200"]["sglang_router"] = {"gateways": sglang_gateway_routes(hostvars, "b200", ["ct129"])}
+    members = sglang_gateway_members(hostvars, ["ct129", "b200"], "ct129", ["ct129", "b200"])
+    assert members["workers"][1:] == ["http://[2001:db8::7]:30000", "http://[2001:db8::7]:30001"]
+    keep = sglang_gateway_members(hostvars, ["ct129"], "ct129", ["ct129", "b200"])["keep"]
+    assert keep == ["2001:db8::7"] == [urlsplit(url).hostname for url in members["workers"][1:2]]
 
 
 def test_the_gateway_knows_its_own_instances_by_loopback_and_others_by_their_remote_url(hostvars: dict[str, Any]) -> None:

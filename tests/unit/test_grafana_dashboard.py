@@ -1,7 +1,7 @@
 """The Grafana dashboard playbooks/prometheus.yml writes (templates/prometheus/sglang-fleet-dashboard.json.j2), rendered
 as the playbook renders it: Grafana's dashboard JSON model, with a Prometheus datasource variable and label variables,
 every panel on the grid and queried; every query parses with the real promtool, selects only series that real SGLang
-0.5.17 and sglang-router 0.3.2 exported, and names only labels those series or the file_sd targets carry; the host
+0.5.17 and the gateway smg 1.13.0 exported, and names only labels those series or the file_sd targets carry; the host
 variable offers the inventory's hosts and no other, and the dashed lines are the alert rules' thresholds."""
 
 from __future__ import annotations
@@ -310,7 +310,7 @@ def test_promtool_parses_every_query(dashboard: Dashboard, targets_file: Path) -
 
 
 def test_every_series_a_query_selects_was_recorded(dashboard: Dashboard) -> None:
-    """Each series name in the queries is in a recording of real SGLang 0.5.17 (sglang:*) or sglang-router 0.3.2
+    """Each series name in the queries is in a recording of real SGLang 0.5.17 (sglang:*) or smg 1.13.0
     (smg_*), or is Prometheus' own `up`."""
     known = set(recorded_labels()) | PROMETHEUS_OWN_SERIES
     for where, expr in queries(dashboard).items():

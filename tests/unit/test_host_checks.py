@@ -8,9 +8,17 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_venv import sglang_v
 RUNTIMES = ["sglang", "simulator"]
 
 
-def venv(python: str = "3.11", installs: bool = False, glibc: str = "2.36", runtime: str = "sglang", rc: int = 0) -> list[str]:
+def venv(
+    python: str = "3.11",
+    installs: bool = False,
+    glibc: str = "2.36",
+    runtime: str = "sglang",
+    rc: int = 0,
+    version: str = "0.5.23",
+    router: str = "1.13.0",
+) -> list[str]:
     result = {"rc": rc, "stdout": python, "stderr": "" if rc == 0 else "python3.9: not found"}
-    return sglang_venv_problems("h", runtime, RUNTIMES, "python3", result, installs, glibc, "0.5.23")
+    return sglang_venv_problems("h", runtime, RUNTIMES, "python3", result, installs, glibc, version, router)
 
 
 def test_supported_hosts_have_no_problems() -> None:
@@ -26,7 +34,7 @@ def test_python_outside_the_wheels_is_refused_unless_it_will_be_installed() -> N
 
 def test_missing_python_old_glibc_and_unknown_runtime() -> None:
     assert "does not run (python3.9: not found)" in venv(rc=2)[0]
-    assert "glibc 2.34 or newer" in venv(glibc="2.31")[0]
+    assert "manylinux_2_34: they need glibc 2.34 or newer" in venv(glibc="2.31")[0]
     assert "unknown runtime" in venv(runtime="vllm")[0]
 
 
@@ -35,3 +43,18 @@ def test_driver_must_run_cuda_13() -> None:
     (problem,) = cuda_problems("h", "wheels", ["apt", "wheels", "none"], "550.163.01", 580, "13.0")
     assert 'NVIDIA driver="550.163.01": CUDA 13.0 needs driver 580 or newer' in problem
     assert "unknown method" in cuda_problems("h", "conda", ["apt", "wheels", "none"], None, 580, "13.0")[0]
+
+
+def test_python_is_checked_against_the_chosen_releases_wheels() -> None:
+    """0.5.17 has cp310 wheels, 0.5.22+ need Python 3.11 or newer."""
+    assert venv("3.10", version="0.5.17") == []
+    (problem,) = venv("3.10", version="0.5.23")
+    assert "Python 3.10 has no SGLang 0.5.23 wheels (3.11-3.13 only)" in problem
+    assert "3.10-3.13 only" in venv("3.14", version="0.5.17")[0]
+
+
+def test_the_retired_sglang_router_is_named_with_its_move() -> None:
+    (problem,) = venv(router="0.3.2")
+    assert problem.startswith('h host: sglang_venv_router_version="0.3.2": sglang-router is retired')
+    assert "smg" in problem and "remove sglang_venv_router_version" in problem
+    assert venv(router="1.13.0") == []

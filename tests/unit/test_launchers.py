@@ -147,8 +147,8 @@ with open(os.environ["FAKE_ROUTER_REPORT"], "w") as report:
 
 
 def fake_router(directory: Path, source: str) -> Path:
-    """A package `sglang_router` in `directory` whose `launch_router` runs `source`; its module's path."""
-    package = directory / "sglang_router"
+    """A package `smg` in `directory` whose `launch_router` runs `source`; its module's path."""
+    package = directory / "smg"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "launch_router.py").write_text(source)

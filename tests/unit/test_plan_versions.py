@@ -39,7 +39,8 @@ def test_every_supported_version_has_its_table_and_constraints() -> None:
         # (tests/simulator/test_owns_its_model.py checks they are the same bytes).
         assert _table(version)["sglang_version"] == version
         constraints = (ROOT / f"roles/sglang_venv/files/constraints-{version}.txt").read_text().splitlines()
-        assert f"sglang=={version}" in constraints and "sglang-router==0.3.2" in constraints
+        assert f"sglang=={version}" in constraints and "smg==1.13.0" in constraints
+        assert not any(line.startswith("sglang-router==") for line in constraints)
     assert "torch==2.11.0" in (ROOT / "roles/sglang_venv/files/constraints-0.5.17.txt").read_text().splitlines()
 
 
@@ -78,8 +79,8 @@ def test_0_5_17_flags_on_a_0_5_23_host(plan: Plan) -> None:
         "b200 host: sglang_server_args.keep-mm-feature-on-device=true: SGLang 0.5.23 has no flag "
         "--keep-mm-feature-on-device (SGLang 0.5.17 has it); fix: remove it or pin sglang_version 0.5.17",
         # 0.5.17 has it only as a deprecated alias: no reason to pin 0.5.17 for it.
-        "b200 host: sglang_server_args.cuda-graph-max-bs=8: --cuda-graph-max-bs does not exist in SGLang 0.5.23; "
-        "fix: use --cuda-graph-max-bs-decode",
+        "b200 host: sglang_server_args.cuda-graph-max-bs=8: --cuda-graph-max-bs was removed after SGLang 0.5.17 "
+        "(gone in 0.5.23; deprecated in 0.5.17); fix: use --cuda-graph-max-bs-decode",
     ]
     # 0.5.17 accepts --cuda-graph-max-bs as a deprecated alias of --cuda-graph-max-bs-decode (a value, not a switch).
     assert plan("b200", sglang_version="0.5.17", sglang_server_args={"cuda-graph-max-bs": 8})["problems"] == []
@@ -192,3 +193,19 @@ def test_the_simulator_stands_in_for_the_pinned_version(runtime: str, expected: 
     assert published["environment"] == "{{ _sglang_venv_server_environment }}"
     assert 'environment: "{{ _sglang_venv_server_environment }}"' in preflight, "the checker parses as the servers' release"
     assert role_vars["_sglang_venv_args_parser"][runtime], "each runtime names its own parser"
+
+
+def test_a_host_moved_from_0_5_17_is_told_when_each_retired_flag_went_and_what_replaces_it(plan: Plan) -> None:
+    """Moving a host from 0.5.17 to 0.5.23: each flag 0.5.23 retired names the last supported release that accepts it
+    and its replacement (or none)."""
+    args = {"cuda-graph-max-bs": 8, "stream-output": True, "collect-tokens-histogram": True}
+    assert plan("b200", sglang_version="0.5.17", sglang_server_args=args)["problems"] == []
+    problems = plan("b200", sglang_version="0.5.23", sglang_server_args=args)["problems"]
+    assert problems == [
+        "b200 host: sglang_server_args.cuda-graph-max-bs=8: --cuda-graph-max-bs was removed after SGLang 0.5.17 "
+        "(gone in 0.5.23; deprecated in 0.5.17); fix: use --cuda-graph-max-bs-decode",
+        "b200 host: sglang_server_args.stream-output=true: --stream-output was removed after SGLang 0.5.17 "
+        "(gone in 0.5.23; deprecated in 0.5.17); fix: use --incremental-streaming-output",
+        "b200 host: sglang_server_args.collect-tokens-histogram=true: --collect-tokens-histogram was removed after "
+        "SGLang 0.5.17 (gone in 0.5.23; deprecated in 0.5.17); fix: remove the setting",
+    ]

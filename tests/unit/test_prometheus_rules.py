@@ -124,7 +124,7 @@ def test_the_rules_test_makes_every_alert_fire_and_keeps_every_alert_quiet(rules
 
 def test_every_series_the_rules_query_is_one_a_real_exporter_answered(rules_file: Path) -> None:
     """Each series name in the rules' expressions is in a recording of real SGLang 0.5.17 (sglang:*) or real
-    sglang-router 0.3.2 (smg_*), or is Prometheus' own `up`."""
+    smg 1.13.0 (smg_*), or is Prometheus' own `up`."""
     known = set(recorded_labels()) | PROMETHEUS_OWN_SERIES
     for rule in alert_rules(rules_file):
         queried = queried_series(rule["expr"])
@@ -133,11 +133,14 @@ def test_every_series_the_rules_query_is_one_a_real_exporter_answered(rules_file
 
 
 def test_the_router_keeps_an_unhealthy_workers_health_series_at_zero() -> None:
-    """What SGLangRouterWorkerUnhealthy relies on, as recorded: sglang-router 0.3.2 reports a failing worker as
+    """What SGLangRouterWorkerUnhealthy relies on, as recorded: smg 1.13.0 reports a failing (stopped) worker as
     smg_worker_health{worker=<url>} 0 (the series stays) and a healthy one as 1."""
-    health = re.compile(r'^smg_worker_health\{worker="[^"]+"\} (\S+)$', re.MULTILINE)
-    values = {path.name: health.findall(path.read_text()) for path in ROUTER_RECORDINGS}
-    assert values == {"sglang-router-0.3.2.healthy.txt": ["1"], "sglang-router-0.3.2.unhealthy.txt": ["0"]}
+    health = re.compile(r'^smg_worker_health\{worker="([^"]+)"\} (\S+)$', re.MULTILINE)
+    values = {path.name: dict(health.findall(path.read_text())) for path in ROUTER_RECORDINGS}
+    assert values == {
+        "metrics.healthy.txt": {"http://127.0.0.1:31000": "1", "http://127.0.0.1:31001": "1"},
+        "metrics.unhealthy.txt": {"http://127.0.0.1:31000": "1", "http://127.0.0.1:31001": "0"},
+    }
 
 
 def test_the_rules_test_series_carry_what_the_exporters_and_the_targets_give(targets_file: Path) -> None:

@@ -1,4 +1,5 @@
-"""module_utils/sglang_router_client against a fake router that answers like sglang-router 0.3.2's /workers API."""
+"""module_utils/sglang_router_client against a fake router that answers like smg 1.13.0's /workers API (held to the
+recording of the real gateway, tests/recordings/smg-1.13.0, by test_router_fake_contract.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ W1, W2, W3 = "http://127.0.0.1:41001", "http://127.0.0.1:41002", "http://127.0.0
 
 
 class FakeRouter:
-    """The /workers API of the real router: additions and removals are accepted (202) and applied later.
+    """The /workers API of the real gateway: additions and removals are accepted (202) and applied later; a removed
+    worker is listed as ``draining`` (out of rotation) until its removal shows.
 
     `add_after` / `remove_after`: how many GET /workers answers go by before a pending change shows (None: never,
     like an addition whose worker never answers). `api_key`: required as a Bearer token, as with --api-key.
@@ -37,8 +39,10 @@ class FakeRouter:
         worker_id = str(uuid.uuid4())
         self.workers[url] = {
             "id": worker_id, "url": url, "model_id": "/models/qwen", "priority": 50, "cost": 1.0,
-            "worker_type": "regular", "is_healthy": healthy, "load": 0, "connection_mode": "HTTP",
-            "metadata": {"model_path": "/models/qwen", "tp_size": "1", "dp_size": "1"}, "disable_health_check": False,
+            "worker_type": "regular", "is_healthy": healthy, "status": "ready" if healthy else "not_ready", "load": 0,
+            "connection_mode": "http", "runtime_type": "sglang", "max_connection_attempts": 40, "http2": False,
+            "labels": {"model_path": "/models/qwen", "tp_size": "1", "dp_size": "1"},
+            "models": [{"id": "/models/qwen", "model_type": ["chat", "completions", "responses", "tools"]}],
         }  # fmt: skip
         return worker_id
 
@@ -90,6 +94,7 @@ class FakeRouter:
             pending = next((u for u, p in self.pending_add.items() if p[0] == raw), None)
             if method == "DELETE" and url is not None:
                 self.pending_remove[url] = self.remove_after
+                self.workers[url].update(status="draining", is_healthy=False)
                 return 202, {"status": "accepted", "worker_id": raw, "message": "Worker removal queued for background processing"}
             if method == "GET" and url is not None:
                 return 200, self.workers[url]

@@ -10,6 +10,7 @@ import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
+from ansible_collections.sglang.fleet.plugins.filter.sglang_router import FilterModule as RouterFilters
 from ansible_collections.sglang.fleet.plugins.filter.systemd import FilterModule as SystemdFilters
 from fleet import ROOT, collection_filters
 from jinja2.nativetypes import NativeEnvironment
@@ -297,6 +298,7 @@ def render_router(process: dict[str, Any] | None = None, **variables: Any) -> st
     )
     environment.filters.update(CoreFilters().filters())
     environment.filters.update(collection_filters(SystemdFilters))
+    environment.filters.update(collection_filters(RouterFilters))
     context: dict[str, Any] = {
         "ansible_managed": "Managed by Ansible",
         # The server role's and the sglang_venv role's published facts: all the router reads of them.
@@ -311,6 +313,7 @@ def render_router(process: dict[str, Any] | None = None, **variables: Any) -> st
         "sglang_runtime": {"python": "/opt/sglang/sglang-0.5.23/bin/python", "module": "sglang.launch_server"},
         # What vars/main.yml derives from the router's settings (the policy and log level flags).
         "_sglang_router_common_args": ["--policy", "cache_aware", "--log-level", "warn"],
+        "sglang_router_policy": "cache_aware",
         **variables,
     }
     for name, value in yaml.safe_load((ROUTER / "vars/main.yml").read_text()).items():
@@ -381,6 +384,18 @@ def test_a_gateway_in_front_of_several_models_reads_its_vocabulary_from_the_file
                                                   "warn"]  # fmt: skip
     vocabulary = yaml.safe_load((ROUTER / "vars/main.yml").read_text())["_sglang_router_vocabulary"]
     assert vocabulary["dest"] == "{{ sglang_service.helper_dir }}/o200k_base.tiktoken"
+
+
+def test_power_of_two_runs_the_router_in_its_multi_model_mode() -> None:
+    """smg 1.13.0 (like sglang-router 0.3.2) refuses power_of_two in its single-pool mode without workers on its
+    command line ("Power-of-two policy requires at least 2 workers"); the fleet registers them after the start."""
+    def argv(policy: str) -> list[str]:
+        common = ["--policy", policy, "--log-level", "warn"]
+        text = render_router(sglang_router_policy=policy, _sglang_router_common_args=common)
+        return shlex.split(unit_lines(text)["ExecStart"])
+
+    assert argv("power_of_two")[-5:] == ["--enable-igw", "--policy", "power_of_two", "--log-level", "warn"]
+    assert "--enable-igw" not in argv("round_robin")
 
 
 def test_instances_and_router_run_in_the_same_sandbox_and_the_router_sees_no_device(plan: Plan) -> None:

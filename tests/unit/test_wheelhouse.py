@@ -81,6 +81,7 @@ def sha(path: Path) -> str:
     [
         ("sglang-0.5.23-py3-none-any.whl", ("sglang", "0.5.23")),
         ("sglang_router-0.3.2-cp38-abi3-manylinux_2_28_x86_64.whl", ("sglang-router", "0.3.2")),
+        ("smg-1.13.0-cp38-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", ("smg", "1.13.0")),
         (
             "nvidia_cuda_runtime_cu12-12.8.90-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
             ("nvidia-cuda-runtime-cu12", "12.8.90"),

@@ -1,15 +1,16 @@
-"""Starts sglang-router with its keys read from a file, so that no command line or environment holds them.
+"""Starts the SGLang Model Gateway (smg) with its keys read from a file, so that no command line or environment holds
+them.
 
     python -I sglang_router_launcher.py KEYS_FILE [ROUTER ARG ...]
 
 KEYS_FILE (0600, the router's account's) is JSON: ``{"api_key": "<client key>", "admin_key": "<admin key>"}``, either
 may be empty. The launcher adds ``--api-key=<client key>`` and
 ``--control-plane-api-keys=fleet:sglang-fleet:admin:<admin key>`` to ``sys.argv`` inside this process and runs
-sglang-router's own entry point (``sglang_router.launch_router``) as ``__main__``: ``/proc/<pid>/cmdline`` shows only
+smg's own entry point (``smg.launch_router``, what ``smg launch`` runs) as ``__main__``: ``/proc/<pid>/cmdline`` shows only
 the words systemd started it with, and the environment never holds a key (no ``EnvironmentFile=``).
 
-sglang-router 0.3.2 then behaves as follows: the client key is required on the inference routes and sent to the
-workers given with ``--worker-urls``; the admin key, and only it, unlocks the worker registry (``/workers``) and
+smg 1.13.0 then behaves as follows (recorded: tests/recordings/smg-1.13.0): the client key is required on the
+inference routes and sent to the workers; the admin key, and only it, unlocks the worker registry (``/workers``) and
 gets 401 on the inference routes; the client key gets 401 on ``/workers``.
 
 The fleet registers a router's (or gateway's) workers through its worker registry (``/workers``), not on its command
@@ -17,9 +18,11 @@ line, and names in the environment a workers file (``SGLANG_FLEET_WORKERS_FILE``
 "model_id": ...}, ...]}``, the registry as the last deploy left it) and the router's own URL
 (``SGLANG_FLEET_ROUTER_URL``): a detached process of the launcher waits until the router answers there (``/liveness``)
 and registers those workers through the registry, each with its model, so a router that restarts (a crash, a reboot, a
-changed unit) routes to its workers again without waiting for a deploy. Not ``--worker-urls``: sglang-router 0.3.2
-drops those in its multi-model mode (``--enable-igw`` logs ``mode: Regular { worker_urls: [] }``), and they carry no
-model.
+changed unit) routes to its workers again without waiting for a deploy. Not ``--worker-urls``: they carry no model,
+and sglang-router 0.3.2 dropped them in its multi-model mode. Not smg's file discovery (``--discovery-provider
+file``) either: the rollouts take a worker out through the registry (``DELETE /workers/{id}``, also from other hosts,
+for a fleet gateway), and discovery registers a worker its manifest lists again at its next reread (recorded: 5.9 s
+after the DELETE with a 3 s interval), while a worker added through the registry is left alone.
 
 Installed by the fleet (role sglang_router) and run with the venv's ``python -I``; standard library only.
 """
@@ -37,7 +40,7 @@ import time
 import urllib.parse
 import urllib.request
 
-ENTRY_POINT = "sglang_router.launch_router"
+ENTRY_POINT = "smg.launch_router"
 ADMIN_KEY_PREFIX = "fleet:sglang-fleet:admin:"  # id:name:role:key
 
 

@@ -5,8 +5,11 @@
 from __future__ import annotations
 
 import datetime
+import functools
+import json
 import time
 import zlib
+from importlib import resources
 from typing import Any
 
 from .cache_pools import gdn_shape, mamba_cache_chunk_size
@@ -359,8 +362,43 @@ def get_load(running: int, queued: int) -> list[dict[str, Any]]:
     ]
 
 
-def loads(plan: Plan, *, version: str, running: int, queued: int, gen_throughput: float) -> dict[str, Any]:
-    """``GET /v1/loads`` (``srt/entrypoints/v1_loads.py``), one DP rank."""
+@functools.cache
+def loads_table(version: str) -> dict[str, Any] | None:
+    """``data/v1_loads-<version>.json`` (simulator/tools/extract_v1_loads.py, from the release's wheel): the
+    ``LoadSnapshot`` core fields and the sections ``include=`` selects; None for a release without one."""
+    path = resources.files("sglang_simulator").joinpath("data").joinpath(f"v1_loads-{version}.json")
+    if not path.is_file():
+        return None
+    table: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return table
+
+
+def select_sections(load: dict[str, Any], version: str, include: str | None) -> dict[str, Any]:
+    """One rank's load as ``LoadSnapshot.to_dict(include)`` of `version` writes it: every core field, then
+    the sections `include` names (comma-separated; none or ``all``: every section the rank has). Raises
+    ValueError for a section the release does not know, as ``to_dict`` does."""
+    table = loads_table(version)
+    if table is None:
+        return load
+    out = {key: load.get(key, 0) for key in table["core"]}  # a counter the simulator keeps no figure for: 0
+    wanted = {part.strip() for part in include.split(",")} if include else None
+    if wanted is not None and "all" not in wanted:
+        unknown = wanted - set(table["valid_sections"])
+        if unknown:
+            raise ValueError(
+                f"Invalid include sections: {unknown}. Valid options: {sorted(table['valid_sections'])}"
+            )
+    for field, name in table["sections"]:
+        if load.get(field) is not None and (wanted is None or "all" in wanted or name in wanted):
+            out[field] = load[field]
+    return out
+
+
+def loads(
+    plan: Plan, *, version: str, running: int, queued: int, gen_throughput: float, include: str | None = None
+) -> dict[str, Any]:
+    """``GET /v1/loads`` (``srt/entrypoints/v1_loads.py``), one DP rank, with the sections ``include``
+    selects."""
     usage_info = memory_usage(plan)
     tokens = plan.max_total_num_tokens
     load = {
@@ -405,7 +443,7 @@ def loads(plan: Plan, *, version: str, running: int, queued: int, gen_throughput
         "version": version,
         "accelerator": gpu,
         "num_accelerators": max(1, len(plan.gpus) // max(1, int(plan.settings.get("dp_size") or 1))),
-        "loads": [load],
+        "loads": [select_sections(load, version, include)],
     }
 
 

@@ -17,6 +17,7 @@ import logging
 import socket
 import threading
 import time
+import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -418,16 +419,20 @@ class Handler(BaseHTTPRequestHandler):
 
     def loads(self) -> None:
         c = self.app.engine.snapshot()
-        self._send_json(
-            200,
-            responses.loads(
+        include = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("include", [None])[-1]
+        try:
+            answer = responses.loads(
                 self.app.plan,
                 version=self.app.version,
                 running=c.running,
                 queued=c.queued,
                 gen_throughput=c.last_gen_throughput,
-            ),
-        )
+                include=include,
+            )
+        except ValueError:  # raised by to_dict outside the route's try: FastAPI's plain 500
+            self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+            return
+        self._send_json(200, answer)
 
     def models(self) -> None:
         card = responses.model_card(self.app.served_model_name, self.app.plan.context_length)

@@ -1,0 +1,319 @@
+"""Records what the real SGLang Model Gateway (smg) answers, in front of two simulator workers on loopback.
+
+    python simulator/tools/record_smg.py SMG_EXECUTABLE OUT_DIR
+
+SMG_EXECUTABLE is the ``smg`` console script of a venv holding the pinned wheel (``pip install
+smg==1.13.0``); the workers are this checkout's simulator (SGLang 0.5.23 mode). Writes
+``OUT_DIR/answers.json`` (each route's status and body, the worker registry's answers, the drain timelines,
+the paths the gateway asked the workers for) and ``OUT_DIR/metrics.healthy.txt`` / ``metrics.unhealthy.txt``
+(its Prometheus exposition with both workers healthy, and with one stopped). Timings are wall-clock seconds
+on the recording machine: the figures, not a contract.
+
+    python simulator/tools/record_smg.py policy OUT_JSON smg=/tmp/smgvenv/bin/python \
+        sglang-router=/tmp/srvenv/bin/python
+
+records whether each router (``NAME=PYTHON``: the Python of a venv holding it, its entry point run as the
+fleet's launcher runs it) starts with ``--policy power_of_two`` as the fleet starts it - no workers on its
+command line, registered through ``POST /workers`` once it answers - in its single-pool mode and in its
+multi-model mode (``--enable-igw``), and how it then spreads 20 requests over the two workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT_KEY = "client-key-recorded"
+ADMIN_KEY = "admin-key-recorded"
+MODEL = "m"
+CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 1024,
+    "max_position_embeddings": 40960,
+    "eos_token_id": 2,
+    "torch_dtype": "bfloat16",
+}
+
+
+def call(url: str, method: str = "GET", body: Any = None, key: str = "") -> tuple[int, str]:
+    request = urllib.request.Request(
+        url, method=method, data=None if body is None else json.dumps(body).encode()
+    )
+    request.add_header("Content-Type", "application/json")
+    if key:
+        request.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode()
+    except OSError as error:
+        return 0, repr(error)
+
+
+def decoded(answer: tuple[int, str]) -> dict[str, Any]:
+    status, text = answer
+    try:
+        return {"status": status, "body": json.loads(text)}
+    except ValueError:
+        return {"status": status, "body_text": text}
+
+
+def manifest(path: Path, urls: list[str]) -> None:
+    """Writes the discovery manifest as the fleet does: a temporary file renamed over it."""
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps({"version": 1, "workers": [{"url": url, "model_id": MODEL} for url in urls]}))
+    part.replace(path)
+
+
+def states(gateway: str) -> list[list[Any]]:
+    status, text = call(gateway + "/workers", key=ADMIN_KEY)
+    if status != 200:
+        return [["(no answer)", status, False]]
+    listed = json.loads(text)["workers"]
+    return sorted([worker["url"], worker.get("status"), worker.get("is_healthy")] for worker in listed)
+
+
+def timeline(gateway: str, seconds: float, until: Any) -> list[list[Any]]:
+    """Each change of the registry's (url, status, healthy) list, with the seconds since the start, until
+    `until`."""
+    start = time.monotonic()
+    seen: list[list[Any]] = []
+    while time.monotonic() - start < seconds:
+        now = states(gateway)
+        if not seen or seen[-1][1] != now:
+            seen.append([round(time.monotonic() - start, 2), now])
+        if until(now):
+            break
+        time.sleep(0.05)
+    return seen
+
+
+def start_workers(started: list[subprocess.Popen[Any]]) -> tuple[Path, list[str], list[Path]]:
+    """Two simulator workers (SGLang 0.5.23 mode, --api-key) on 127.0.0.1:31000 and :31001, answering /health:
+    the work folder, their URLs and their logs (uvicorn-style access lines)."""
+    work = Path(tempfile.mkdtemp(prefix="record-smg-"))
+    model = work / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(CONFIG))
+    (model / "model.safetensors").write_bytes(b"\0" * 1024)
+    gpus = work / "gpus.json"
+    uuid = "GPU-5e1a0000-0000-4000-8000-{:012d}"
+    listed = [
+        {"index": i, "name": "NVIDIA B200", "memory_total_mib": 183359, "uuid": uuid.format(i)}
+        for i in range(2)
+    ]
+    gpus.write_text(json.dumps({"driver_version": "580.95.05", "cuda_version": "13.0", "gpus": listed}))
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("SGLANG", "SGL_"))}
+    env.update(PYTHONPATH=str(ROOT / "simulator" / "src"), SGLANG_SIM_GPUS_FILE=str(gpus))
+    env.update(SGLANG_SIM_STATE_DIR=str(work / "state"), SGLANG_SIM_LOAD_SECONDS="0.2")
+    env.update(SGLANG_SIM_WARMUP_SECONDS="0.2", SGLANG_SIM_HEALTH_SECONDS="0", SGLANG_SIM_STOP_SECONDS="0.2")
+    ports = [31000, 31001]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    logs = [work / f"worker-{port}.log" for port in ports]
+    for index, port in enumerate(ports):
+        argv = [sys.executable, "-m", "sglang_simulator", "--model-path", str(model),
+                "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
+                "--api-key", CLIENT_KEY]  # fmt: skip
+        log = logs[index].open("w")
+        started.append(
+            subprocess.Popen(argv, env=dict(env, CUDA_VISIBLE_DEVICES=str(index)), stdout=log, stderr=log)
+        )
+    for url in urls:
+        while call(url + "/health")[0] != 200:
+            time.sleep(0.1)
+    return work, urls, logs
+
+
+def main(smg: str, out: Path, started: list[subprocess.Popen[Any]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    work, urls, _ = start_workers(started)
+    workers = started[-2:]
+    ports = [31000, 31001]
+    discovery = work / "workers.json"
+    manifest(discovery, urls)
+    gateway, metrics_url = "http://127.0.0.1:31100", "http://127.0.0.1:31190"
+    argv = [smg, "launch", "--host", "127.0.0.1", "--port", "31100", "--prometheus-host", "127.0.0.1",
+            "--prometheus-port", "31190", "--discovery-provider", "file", "--discovery-file", str(discovery),
+            "--discovery-check-interval-secs", "3", "--policy", "power_of_two",
+            "--health-check-interval-secs", "2",
+            "--log-level", "info", "--api-key", CLIENT_KEY,
+            "--control-plane-api-keys", "fleet:sglang-fleet:admin:" + ADMIN_KEY]  # fmt: skip
+    smg_log = (work / "smg.log").open("w")
+    router = subprocess.Popen(argv, stdout=smg_log, stderr=smg_log)
+    started.append(router)
+    answers: dict[str, Any] = {
+        "smg_argv": [re.sub(r"/tmp/record-smg-\w+", "<work>", word) for word in argv[1:]]
+    }
+    start = time.monotonic()
+    answers["start"] = timeline(gateway, 30, lambda now: len(now) == 2 and all(state[2] for state in now))
+    answers["ready_after_start_s"] = round(time.monotonic() - start, 2)
+    for path in ("/liveness", "/readiness", "/health", "/v1/models"):
+        answers[f"GET {path}"] = decoded(call(gateway + path))
+    answers["GET /workers (no key)"] = decoded(call(gateway + "/workers"))
+    answers["GET /workers (client key)"] = decoded(call(gateway + "/workers", key=CLIENT_KEY))
+    answers["GET /workers"] = decoded(call(gateway + "/workers", key=ADMIN_KEY))
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    answers["POST /v1/chat/completions (client key)"] = {
+        "status": call(gateway + "/v1/chat/completions", "POST", chat, CLIENT_KEY)[0]
+    }
+    answers["POST /v1/chat/completions (admin key)"] = {
+        "status": call(gateway + "/v1/chat/completions", "POST", chat, ADMIN_KEY)[0]
+    }
+    answers["POST /v1/chat/completions (no key)"] = {
+        "status": call(gateway + "/v1/chat/completions", "POST", chat)[0]
+    }
+    (out / "metrics.healthy.txt").write_text(call(metrics_url + "/metrics")[1])
+    # The admin API's removal of a worker the manifest lists: drained, unlisted, discovered again.
+    second = next(w for w in answers["GET /workers"]["body"]["workers"] if w["url"] == urls[1])
+    answers["DELETE /workers/{id}"] = decoded(
+        call(f"{gateway}/workers/{second['id']}", "DELETE", key=ADMIN_KEY)
+    )
+    answers["after DELETE"] = timeline(
+        gateway, 15, lambda now: len(now) == 2 and all(s[1] == "ready" for s in now)
+    )
+    # Removing the worker from the manifest: drained, then unlisted.
+    manifest(discovery, urls[:1])
+    answers["after manifest removal"] = timeline(gateway, 15, lambda now: len(now) == 1)
+    answers["GET /readiness (one worker)"] = decoded(call(gateway + "/readiness"))
+    manifest(discovery, urls)
+    answers["after manifest addition"] = timeline(
+        gateway, 15, lambda now: len(now) == 2 and all(s[2] for s in now)
+    )
+    # A worker added through the admin API beside discovery's: left alone by the manifest's rereads.
+    manifest(discovery, urls[:1])
+    timeline(gateway, 15, lambda now: len(now) == 1)
+    answers["POST /workers"] = decoded(
+        call(
+            gateway + "/workers",
+            "POST",
+            {"url": urls[1], "model_id": MODEL, "api_key": CLIENT_KEY},
+            ADMIN_KEY,
+        )
+    )
+    answers["after POST"] = timeline(gateway, 15, lambda now: len(now) == 2 and all(s[2] for s in now))
+    time.sleep(4)  # more than one reread (--discovery-check-interval-secs 3)
+    answers["POST-added after a reread"] = states(gateway)
+    # One worker stopped: the registry and the metrics as the health checks see it.
+    workers[1].send_signal(signal.SIGINT)
+    workers[1].wait(30)
+    answers["after a worker stopped"] = timeline(gateway, 20, lambda now: any(not s[2] for s in now))
+    answers["GET /readiness (one worker down)"] = decoded(call(gateway + "/readiness"))
+    (out / "metrics.unhealthy.txt").write_text(call(metrics_url + "/metrics")[1])
+    router.send_signal(signal.SIGTERM)
+    stop = time.monotonic()
+    answers["stop_returncode"] = router.wait(60)
+    answers["stop_seconds"] = round(time.monotonic() - stop, 2)
+    workers[0].send_signal(signal.SIGINT)
+    workers[0].wait(30)
+    polled = re.findall(
+        r'"(GET|POST) (/[^ ?"]*)(\?[^ "]*)? HTTP', (work / f"worker-{ports[0]}.log").read_text()
+    )
+    answers["worker paths the gateway asked"] = sorted(
+        {method + " " + path + query for method, path, query in polled}
+    )
+    (out / "answers.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+
+
+def record(smg: str, out: Path) -> None:
+    """main(), leaving no process behind when it fails."""
+    started: list[subprocess.Popen[Any]] = []
+    try:
+        main(smg, out, started)
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+ENTRY_POINTS = {"smg": "smg.launch_router", "sglang-router": "sglang_router.launch_router"}
+GATEWAY = "http://127.0.0.1:31100"
+
+
+def try_router(python: str, entry_point: str, mode: list[str], urls: list[str], logs: Path) -> dict[str, Any]:
+    argv = [python, "-m", entry_point, "--host", "127.0.0.1", "--port", "31100", "--prometheus-port", "31190",
+            "--policy", "power_of_two", "--log-level", "warn", "--api-key", CLIENT_KEY,
+            "--control-plane-api-keys", "fleet:sglang-fleet:admin:" + ADMIN_KEY, *mode]  # fmt: skip
+    log = logs / f"{entry_point}{''.join(mode)}.log"
+    router = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while router.poll() is None and call(GATEWAY + "/liveness")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if router.poll() is not None:
+            lines = log.read_text().splitlines()
+            first = next(i for i, line in enumerate(lines) if "panicked at" in line or "Error: " in line)
+            cause = [line.strip() for line in lines[first : first + 2] if "panicked at" not in line]
+            return {"started": False, "returncode": router.returncode, "error": cause}
+        for url in urls:
+            call(
+                GATEWAY + "/workers",
+                "POST",
+                {"url": url, "model_id": MODEL, "api_key": CLIENT_KEY},
+                ADMIN_KEY,
+            )
+        while (
+            call(GATEWAY + "/readiness")[1].count('"healthy_workers":2') == 0 and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+        chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        statuses = [call(GATEWAY + "/v1/chat/completions", "POST", chat, CLIENT_KEY)[0] for _ in range(20)]
+        listed = json.loads(call(GATEWAY + "/workers", key=ADMIN_KEY)[1])["workers"]
+        return {
+            "started": True,
+            "statuses": sorted(set(statuses)),
+            "workers": sorted(w["url"] for w in listed),
+        }
+    finally:
+        if router.poll() is None:
+            router.terminate()
+            router.wait(30)
+
+
+def record_policy(out: Path, routers: dict[str, str]) -> None:
+    """The power_of_two recording (see the module's docstring)."""
+    started: list[subprocess.Popen[Any]] = []
+    try:
+        work, urls, logs = start_workers(started)
+        result: dict[str, Any] = {}
+        for name, python in routers.items():
+            for mode in ([], ["--enable-igw"]):
+                chats = "POST /v1/chat/completions"
+                before = [log.read_text().count(chats) for log in logs]
+                answer = try_router(python, ENTRY_POINTS[name], mode, urls, work)
+                if answer["started"]:
+                    after = [log.read_text().count(chats) for log in logs]
+                    answer["served_per_worker"] = [b - a for a, b in zip(before, after, strict=True)]
+                result[f"{name} {' '.join(mode) or 'single-pool'}"] = answer
+        out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "policy":
+        record_policy(Path(sys.argv[2]), dict(arg.split("=", 1) for arg in sys.argv[3:]))
+    else:
+        record(sys.argv[1], Path(sys.argv[2]))
