@@ -29,16 +29,21 @@ class ListenerError(Exception):
 
 
 def unit_of(pid: int, proc: str = "/proc") -> str | None:
-    """The systemd service a process runs in, from its cgroup path (v1 or v2)."""
+    """The system service a process runs in, from its cgroup path (v1 or v2): the path's last part, a `.service` right
+    under `system.slice`. A process in any user's tree (`user.slice`, `user@UID.service`) runs in no system service,
+    whatever its cgroups are named: an unprivileged user may create `…/user@1000.service/…/sglang-30000.service`
+    (`systemd-run --user --unit=sglang-30000`) but never a cgroup outside the tree delegated to them."""
     try:
         with open(f"{proc}/{pid}/cgroup", encoding="utf-8") as handle:
             lines = handle.read().splitlines()
     except OSError:
         return None
     for line in lines:
-        for part in reversed(line.rsplit(":", 1)[-1].split("/")):
-            if part.endswith(".service"):
-                return part
+        parts = line.rsplit(":", 1)[-1].split("/")
+        if any(part == "user.slice" or part.startswith("user@") for part in parts):
+            return None
+        if len(parts) >= 2 and parts[-1].endswith(".service") and parts[-2] == "system.slice":
+            return parts[-1]
     return None
 
 

@@ -30,17 +30,38 @@ def _variable_of(instance: Mapping[str, Any], flag: str) -> tuple[str, Any]:
     return "command line", flag
 
 
-def parse_problems(instances: Sequence[Mapping[str, Any]], checked: Mapping[str, Any], host: str) -> list[str]:
+def parse_problems(
+    instances: Sequence[Mapping[str, Any]], checked: Mapping[str, Any], host: str, repairs_runtime: bool = False
+) -> list[str]:
     """One problem line per instance whose command line the runtime's own parser refused.
 
-    `checked` is the registered result of files/check_server_args.py ({name: {rc, error}} on stdout).
-    Every refused command line counts: argparse's refusal (rc 2) and a settings check that raised (rc 1),
-    as SGLang would at start. A checker that could not run at all means a venv the deploy is about to
-    repair, which is no reason to refuse the deploy.
+    `checked` is the registered result of files/check_server_args.py ({name: {rc, error}}, its last line of stdout:
+    what the model's code or a library printed before it is not the verdict). Every refused command line counts:
+    argparse's refusal (rc 2) and a settings check that raised (rc 1), as SGLang would at start. A checker that could
+    not run at all (its sandbox did not start, it crashed, it timed out) is a problem of the host, naming why: servers
+    are never restarted with command lines nobody parsed. Except where this deploy repairs the runtime
+    (`repairs_runtime`: it installs it again, then parses with it before any server starts).
     """
-    if checked.get("rc") != 0 or not checked.get("stdout"):
+    if checked.get("skipped") or "rc" not in checked:
         return []
-    verdicts = json.loads(checked["stdout"])
+    lines = [line for line in str(checked.get("stdout") or "").splitlines() if line.strip()]
+    try:
+        verdicts = json.loads(lines[-1]) if checked["rc"] == 0 and lines else None
+    except ValueError:
+        verdicts = None
+    if not isinstance(verdicts, dict):
+        if repairs_runtime:
+            return []
+        why = [line.strip() for line in str(checked.get("stderr") or "").splitlines() if line.strip()]
+        problems = HostProblems(host=host)
+        problems.add(
+            "host",
+            "sglang_version",
+            None,
+            f"the runtime's parser check could not run (exit {checked['rc']}: {why[-1] if why else 'no verdict'})",
+            "see that the servers' account and sandbox can run the venv's Python (systemd-run), or repair the venv",
+        )
+        return problems.lines
     problems = HostProblems(host=host)
     for instance in instances:
         verdict = verdicts.get(instance["name"], {})

@@ -29,7 +29,7 @@ class PythonVersions:
                 self.found[name] = self.found[path] = f"{sys.version_info.major}.{sys.version_info.minor}"
                 continue
             try:
-                self.asked[name, path] = started([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+                self.asked[name, path] = started([path, "-I", "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
             except OSError:
                 continue
 

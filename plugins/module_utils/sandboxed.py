@@ -21,8 +21,27 @@ def environment_file(environment: dict[str, str], directory: str) -> str:
     return path
 
 
+class RunsAsRoot(ValueError):
+    """The properties name no account other than root: the runtime's code would run as root. Nothing was run."""
+
+
+def account(properties: list[str]) -> str | None:
+    """The account `properties` run the unit as (its last User=), None without one."""
+    users = [item.split("=", 1)[1].strip() for item in properties if item.startswith("User=")]
+    return users[-1] if users else None
+
+
+def require_account(properties: list[str]) -> None:
+    """RunsAsRoot unless `properties` name an account other than root (without User= a transient unit runs as root).
+    Callers ask before they write the environment file."""
+    if account(properties) in (None, "", "root", "0"):
+        raise RunsAsRoot(f"refusing to run the runtime's code as root: the unit's properties {properties} name no other account")
+
+
 def systemd_run(unit: str, properties: list[str], env_file: str, command: list[str]) -> list[str]:
     """The systemd-run command line that runs `command` in a transient unit `unit` with `properties`, waits for it and
-    pipes its standard streams; nothing of the caller's environment reaches it (systemd starts it afresh)."""
+    pipes its standard streams; nothing of the caller's environment reaches it (systemd starts it afresh). Refused
+    (require_account) unless the properties name an account other than root."""
+    require_account(properties)
     options = [f"--property={item}" for item in [*properties, f"EnvironmentFile={env_file}"]]
     return ["systemd-run", "--wait", "--pipe", "--quiet", "--collect", f"--unit={unit}", *options, "--", *command]

@@ -121,6 +121,7 @@ def run_checks(
     started: dict[str, tuple[Any, str, float]] = {}
     try:
         for instance, unit_properties in zip(instances, properties, strict=True):
+            sandboxed.require_account(unit_properties)
             env_file = sandboxed.environment_file({**base_environment, **instance["environment"]}, run_dir)
             gpus = len(instance["gpu_ids"])
             argv = systemd_run(instance["name"], unit_properties, env_file, [*command, "--expect", str(gpus)])

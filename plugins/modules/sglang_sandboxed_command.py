@@ -80,6 +80,7 @@ def run(
     runner: Callable[..., Any] = subprocess.run,
     run_dir: str = "/run",
 ) -> dict[str, Any]:
+    sandboxed.require_account(properties)
     env_file = sandboxed.environment_file(environment, run_dir)
     # The transient unit is stopped at the timeout even if this process is gone by then.
     limited = [*properties, f"RuntimeMaxSec={max(1, int(timeout))}"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.sglang.fleet.plugins.filter.systemd import sglang_server_unit_properties
+from ansible_collections.sglang.fleet.plugins.module_utils import sandboxed
 from ansible_collections.sglang.fleet.plugins.modules import sglang_cuda_check
 
 Plan = Callable[..., dict[str, Any]]
@@ -96,7 +97,14 @@ def test_a_missing_script_fails_that_hosts_preflight_naming_the_instance(plan: P
     """No runtime of any sglang-fleet release lacks the check: a missing script is an incomplete runtime, not a pass."""
     instance = plan("b200")["instances"][2]
     result = sglang_cuda_check.run_checks(
-        "b200", [instance], [[]], {}, ["py", "check.py"], 60, lambda argv, **_: FakeProcess(argv, output, 1), str(tmp_path)
+        "b200",
+        [instance],
+        [["User=sglang"]],
+        {},
+        ["py", "check.py"],
+        60,
+        lambda argv, **_: FakeProcess(argv, output, 1),
+        str(tmp_path),
     )
     assert result["checked"][instance["name"]]["ok"] is False
     assert result["problems"] == [
@@ -119,6 +127,19 @@ def test_a_check_that_hangs_is_a_problem(plan: Plan, tmp_path: Path) -> None:
 
     instance = plan("b200")["instances"][0]
     result = sglang_cuda_check.run_checks(
-        "b200", [instance], [[]], {}, ["py"], 1, lambda argv, **_: Hanging(argv, "", 0), str(tmp_path)
+        "b200", [instance], [["User=sglang"]], {}, ["py"], 1, lambda argv, **_: Hanging(argv, "", 0), str(tmp_path)
     )
     assert "no answer within 1 s" in result["problems"][0]
+
+
+@pytest.mark.parametrize("properties", [[], ["DevicePolicy=closed"], ["User=root"], ["User=sglang", "User=0"]])
+def test_no_check_runs_the_runtime_s_code_as_root(plan: Plan, tmp_path: Path, properties: list[str]) -> None:
+    """A transient unit without User= runs as root: the model's and the runtime's code never does."""
+    instance = plan("b200")["instances"][0]
+    spawned: list[list[str]] = []
+    with pytest.raises(sandboxed.RunsAsRoot):
+        sglang_cuda_check.run_checks(
+            "b200", [instance], [properties], {}, ["py"], 1, lambda argv, **_: spawned.append(argv), str(tmp_path)
+        )
+    assert spawned == []
+    assert list(tmp_path.iterdir()) == [], "no environment file written"

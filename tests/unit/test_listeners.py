@@ -187,3 +187,26 @@ def test_the_router_launcher_registers_with_its_own_router(squatter: Squatter) -
     keys = {"api_key": KEY, "admin_key": "admin-" + KEY}
     assert launcher.register(squatter.url, workers, keys, timeout=10, router_pid=squatter.pid) == []  # type: ignore[attr-defined]
     assert squatter.headers() == [None, f"Bearer admin-{KEY}"]
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "unit"),
+    [
+        ("0::/system.slice/sglang-30000.service", "sglang-30000.service"),
+        # The sandbox's test hosts: systemd in a container, the host's cgroup namespace (v1 lines and the v2 line).
+        (
+            "9:name=systemd:/docker/bf71/system.slice/sglang-router.service\n0::/docker/bf71/system.slice/sglang-router.service",
+            "sglang-router.service",
+        ),
+        # Any logged-in user: `systemd-run --user --unit=sglang-30000 …`, or cgroups of their own in their delegated tree.
+        ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/sglang-30000.service", None),
+        ("0::/user.slice/user-1000.slice/user@1000.service/system.slice/sglang-30000.service", None),
+        ("0::/user.slice/user-1000.slice/session-3.scope", None),
+        # A sub-cgroup of a service is not the service's own process.
+        ("0::/system.slice/sglang-30000.service/payload", None),
+    ],
+)
+def test_only_a_system_service_s_own_cgroup_names_a_unit(tmp_path: Path, cgroup: str, unit: str | None) -> None:
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "cgroup").write_text(cgroup + "\n")
+    assert listeners.unit_of(42, str(tmp_path)) == unit

@@ -302,8 +302,35 @@ def test_command_lines_the_runtime_parser_refused_are_problems(plan: Plan) -> No
     assert "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode" in problems[0]
     assert problems[1].startswith("b200 instance sglang-30002: command line")
     assert "AssertionError: speculative_num_steps must be set" in problems[1]
-    assert parse_problems(instances, {"rc": 1, "stdout": ""}, "b200") == [], "a checker that could not run is no verdict"
     assert parse_problems(instances, {"skipped": True}, "b200") == []
+    # What the model's code or a library printed before the verdict is not read as the verdict.
+    noisy = {"rc": 0, "stdout": "Loading remote code...\n" + json.dumps(verdicts)}
+    assert parse_problems(instances, noisy, "b200") == problems
+
+
+def test_a_parser_check_that_could_not_run_is_a_problem_unless_the_deploy_repairs_the_runtime(plan: Plan) -> None:
+    """Servers are never restarted with command lines nobody parsed: a check that did not start, crashed or printed no
+    verdict names the host and why; only where this deploy installs the runtime again (and parses after) it is none."""
+    from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import parse_problems
+
+    instances = plan("b200")["instances"]
+    for checked in (
+        {"rc": 1, "stdout": "", "stderr": "Failed to start transient service unit: Unit parse-check.service exists"},
+        {"rc": -1, "stdout": "", "stderr": ""},
+        {"rc": 0, "stdout": "not a verdict", "stderr": ""},
+    ):
+        problems = parse_problems(instances, checked, "b200")
+        assert len(problems) == 1 and problems[0].startswith("b200 host: sglang_version"), problems
+        assert "the runtime's parser check could not run" in problems[0]
+        assert parse_problems(instances, checked, "b200", repairs_runtime=True) == []
+    assert (
+        "Unit parse-check.service exists"
+        in parse_problems(
+            instances,
+            {"rc": 1, "stdout": "", "stderr": "x\nFailed to start transient service unit: Unit parse-check.service exists"},
+            "b200",
+        )[0]
+    )
 
 
 def test_a_secret_is_never_shown_in_the_problem(plan: Plan) -> None:

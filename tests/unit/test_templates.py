@@ -81,7 +81,7 @@ def test_unit_runs_the_planned_command_line(plan: Plan, host: str) -> None:
         assert unit["KillMode"] == "control-group"
         pre = unit["ExecStartPre"]
         assert pre.startswith("+/usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ")
-        assert " -I /usr/local/lib/sglang-fleet/check_gpus_free.py --wait 30 --gpus " in pre
+        assert " -I -S /usr/local/lib/sglang-fleet/check_gpus_free.py --wait 30 --gpus " in pre
         assert pre.endswith(f"--gpus {','.join(instance['gpu_uuids'])}")
         assert [line for line in text.splitlines() if line.startswith("DeviceAllow=/dev/nvidia") and line[23:24].isdigit()] == [
             f"DeviceAllow={device} rw" for device in instance["gpu_devices"]
@@ -389,6 +389,7 @@ def test_a_gateway_in_front_of_several_models_reads_its_vocabulary_from_the_file
 def test_power_of_two_runs_the_router_in_its_multi_model_mode() -> None:
     """smg 1.13.0 (like sglang-router 0.3.2) refuses power_of_two in its single-pool mode without workers on its
     command line ("Power-of-two policy requires at least 2 workers"); the fleet registers them after the start."""
+
     def argv(policy: str) -> list[str]:
         common = ["--policy", policy, "--log-level", "warn"]
         text = render_router(sglang_router_policy=policy, _sglang_router_common_args=common)
