@@ -32,6 +32,27 @@ def test_requirements_list_every_collection_used_at_the_version_the_checkout_ins
         assert manifest["collection_info"]["version"] == version, name
 
 
+def test_the_collection_declares_what_its_shipped_content_uses_at_the_tested_floor() -> None:
+    """`ansible-galaxy collection install` of the artifact brings what the shipped roles and playbooks call: galaxy.yml's
+    dependencies name every collection they use (the sandbox's community.docker is no dependency: it is unshipped), each
+    at the floor requirements/collections.yml pins."""
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    ignored = set(galaxy["build_ignore"])
+    shipped = [
+        path
+        for pattern in ("roles/**/*.yml", "playbooks/*.yml", "deploy.yml")
+        for path in ROOT.glob(pattern)
+        if not any(str(path.relative_to(ROOT)).startswith(prefix) for prefix in ignored)
+    ]
+    text = "\n".join(path.read_text() for path in shipped)
+    used = {f"{ns}.{name}" for ns, name in re.findall(r"\b(community|ansible|containers)\.(\w+)\.\w+", text)} - {"ansible.builtin"}
+    listed = yaml.safe_load((ROOT / "requirements/collections.yml").read_text())["collections"]
+    pinned = {entry["name"]: entry["version"] for entry in listed}
+    assert set(galaxy["dependencies"]) == used == {"ansible.posix", "community.general"}
+    for name, spec in galaxy["dependencies"].items():
+        assert spec == f">={pinned[name]}", name
+
+
 def test_the_checkout_is_the_collection_it_builds() -> None:
     galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
     assert (galaxy["namespace"], galaxy["name"]) == ("sglang", "fleet")
