@@ -249,7 +249,7 @@ def multimodal_start_problems(
         if sourced and variable == model_variable:
             how = (
                 "where the repository has it, select it in sglang_model (allow_patterns) and write the lock again "
-                "(playbooks/model-lock.yml)"
+                "(playbooks/model_lock.yml)"
             )
         else:
             how = f"copy the model repository's one into {directory}"

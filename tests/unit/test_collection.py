@@ -99,3 +99,15 @@ def test_the_model_lock_file_beside_the_hosts_is_no_inventory_source() -> None:
     assert (ROOT / "inventory/sandbox/model-lock.yml").exists()
     assert "models" not in json.loads(listed.stdout) and "WARNING" not in listed.stderr, listed.stderr
     assert set(json.loads(listed.stdout)["sglang_servers"]["hosts"]) == {"ct129", "b200"}
+
+
+def test_every_shipped_role_has_a_readme_naming_its_entry_points() -> None:
+    """galaxy-importer refuses a role without README.md; each names the role by its full name and every entry point."""
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    roles = [path for path in (ROOT / "roles").iterdir() if f"roles/{path.name}" not in galaxy["build_ignore"]]
+    assert len(roles) == 6
+    for role in roles:
+        readme = (role / "README.md").read_text()
+        assert f"sglang.fleet.{role.name}" in readme, role.name
+        for entry_point in yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]:
+            assert f"| `{entry_point}` |" in readme, (role.name, entry_point)
