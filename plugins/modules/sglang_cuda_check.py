@@ -48,15 +48,15 @@ options:
     description: Seconds each check may take.
     type: int
     default: 300
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
 - name: Check CUDA inside each instance's sandbox
-  sglang_cuda_check:
+  sglang.fleet.sglang_cuda_check:
     host: "{{ inventory_hostname }}"
     instances: "{{ sglang_instances }}"
-    properties: "{{ sglang_instances | map('sglang_server_unit_properties', _sglang_server_sandbox) | list }}"
+    properties: "{{ sglang_instances | map('sglang.fleet.sglang_server_unit_properties', _sglang_server_sandbox) | list }}"
     command: ["/opt/sglang/sglang-0.5.23/bin/python", "/opt/sglang/sglang-0.5.23/cuda_smoke_check.py"]
 """
 

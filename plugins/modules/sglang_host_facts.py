@@ -131,15 +131,15 @@ options:
         description: The key (hex) the request's HMAC is made with, the control node's.
         type: str
         required: true
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
 - name: Gather GPU and host facts
-  sglang_host_facts:
+  sglang.fleet.sglang_host_facts:
 
 - name: Gather GPU and host facts and read the model directory
-  sglang_host_facts:
+  sglang.fleet.sglang_host_facts:
     model:
       path: /srv/models/Qwen3.6-27B
       user: sglang

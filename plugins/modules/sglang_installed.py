@@ -72,7 +72,22 @@ options:
     type: list
     elements: str
     default: []
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
+"""
+
+EXAMPLES = r"""
+- name: Say whether the venv's install steps would change anything
+  sglang.fleet.sglang_installed:
+    packages: {python3-venv: ""}
+    venvs:
+      - path: /opt/sglang/sglang-0.5.23
+        pins: [sglang==0.5.23, sglang-router==0.3.2]
+    paths:
+      - {path: /opt/sglang/sglang-0.5.23/check_server_args.py, state: file, mode: "0644"}
+    units: [sglang-30000.service]
+    free_space: [/opt/sglang]
+  register: installed
+  check_mode: false
 """
 
 RETURN = r"""

@@ -63,7 +63,30 @@ options:
         description: The requests' HMAC (hex) under the control node's key, made by the action of the same name.
         type: str
         required: true
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
+"""
+
+EXAMPLES = r"""
+# Through the action of the same name, as the roles call it: files of the role's templates/ rendered on the control
+# node (or given as content) and written in one call, only those that differ.
+- name: Add NVIDIA's CUDA repository and its pin, only what differs
+  sglang.fleet.sglang_instance_files:
+    files:
+      - src: nvidia-cuda.sources.j2
+        dest: /etc/apt/sources.list.d/nvidia-cuda.sources
+        template: true
+        owner: root
+        group: root
+        mode: "0644"
+      - {content: "# {{ ansible_managed }}\n", dest: /etc/sglang-fleet/README, owner: root, group: root, mode: "0644"}
+
+- name: Write every instance's unit and environment file from the role's templates
+  sglang.fleet.sglang_instance_files:
+    instances: "{{ sglang_instances }}"
+    templates:
+      - {src: sglang.service.j2, file: unit, owner: root, group: root, mode: "0644"}
+      - {src: sglang.env.j2, file: environment, owner: root, group: sglang, mode: "0640"}
+  register: written
 """
 
 RETURN = r"""

@@ -37,7 +37,7 @@ options:
     description: The stable link to point at I(path); empty leaves links alone.
     type: path
     default: ""
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""

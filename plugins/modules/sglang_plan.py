@@ -34,7 +34,7 @@ options:
       Empty - none.
     type: str
     default: ""
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""

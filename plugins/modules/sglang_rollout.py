@@ -73,6 +73,28 @@ options:
     type: list
     elements: dict
     default: []
+    suboptions:
+      host:
+        description: The gateway's inventory host.
+        type: str
+        default: ""
+      url:
+        description: The gateway's URL, as this host reaches it.
+        type: str
+        required: true
+      admin_key:
+        description: The gateway's admin key (its C(/workers) registry); never logged.
+        type: str
+        default: ""
+      keys_file:
+        description: The gateway's keys file when it runs on this host, else empty.
+        type: str
+        default: ""
+      worker_url:
+        description: Which of an instance's URLs the gateway knows the worker by.
+        type: str
+        default: url
+        choices: [url, remote_url]
   drain_timeout:
     description: Seconds to wait, after taking an instance out of the router, for its running requests to finish.
     type: float
@@ -101,12 +123,12 @@ options:
     description: The servers' API key, which the router's workers expect (never logged).
     type: str
     default: ""
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
 - name: Roll the changed instances
-  sglang_rollout:
+  sglang.fleet.sglang_rollout:
     instances: "{{ changed_instances }}"
     router_url: http://127.0.0.1:30100
 """

@@ -67,12 +67,12 @@ options:
     description: Seconds to wait for each registration to show as healthy.
     type: int
     default: 120
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
 - name: Reconcile the router's workers with the plan
-  sglang_router_members:
+  sglang.fleet.sglang_router_members:
     router_url: http://127.0.0.1:30100
     workers: "{{ sglang_instances | map(attribute='url') | list }}"
     api_key: "{{ sglang_router_admin_key | default(sglang_api_key) }}"

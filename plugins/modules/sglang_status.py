@@ -30,12 +30,12 @@ options:
     description: The servers' API key.
     type: str
     default: ""
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
 - name: Read the instances' status
-  sglang_status:
+  sglang.fleet.sglang_status:
     instances: "{{ sglang_instances }}"
 """
 

@@ -45,7 +45,8 @@ def test_the_collection_declares_what_its_shipped_content_uses_at_the_tested_flo
         if not any(str(path.relative_to(ROOT)).startswith(prefix) for prefix in ignored)
     ]
     text = "\n".join(path.read_text() for path in shipped)
-    used = {f"{ns}.{name}" for ns, name in re.findall(r"\b(community|ansible|containers)\.(\w+)\.\w+", text)} - {"ansible.builtin"}
+    found = re.findall(r"\b(community|ansible|containers)\.(\w+)\.\w+", text)
+    used = {f"{ns}.{name}" for ns, name in found} - {"ansible.builtin"}
     listed = yaml.safe_load((ROOT / "requirements/collections.yml").read_text())["collections"]
     pinned = {entry["name"]: entry["version"] for entry in listed}
     assert set(galaxy["dependencies"]) == used == {"ansible.posix", "community.general"}
@@ -80,6 +81,8 @@ def test_every_plugin_of_the_collection_documents_itself_as_ansible_doc_reads_it
         assert sorted(docs) == [f"sglang.fleet.{name}" for name in names]
         for name, doc in docs.items():
             assert doc["doc"]["short_description"] and doc["doc"]["description"], name
+            if kind != "callback":  # examples call the plugin by its full name
+                assert name in (doc["examples"] or ""), name
     actions = {path.stem for path in (ROOT / "plugins/action").glob("*.py") if not path.stem.startswith("_")}
     modules = {path.stem for path in (ROOT / "plugins/modules").glob("*.py")}
     assert actions <= modules, f"an action without its documentation in plugins/modules/: {sorted(actions - modules)}"
@@ -111,3 +114,29 @@ def test_every_shipped_role_has_a_readme_naming_its_entry_points() -> None:
         assert f"sglang.fleet.{role.name}" in readme, role.name
         for entry_point in yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]:
             assert f"| `{entry_point}` |" in readme, (role.name, entry_point)
+
+
+def test_every_filter_is_documented_for_ansible_doc() -> None:
+    """`ansible-doc -t filter sglang.fleet.<name>` renders each filter: plugins/filter/<name>.yml, one per filter (the
+    filters share files by concern), and no documentation of a filter that is gone."""
+    listed = subprocess.run(
+        [str(ROOT / ".venv/bin/ansible-doc"), "-t", "filter", "--list", "--json", "sglang.fleet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    filters = json.loads(listed.stdout)
+    assert len(filters) >= 30 and all(description != "UNDOCUMENTED" for description in filters.values()), filters
+    documented = {f"sglang.fleet.{path.stem}" for path in (ROOT / "plugins/filter").glob("*.yml")}
+    assert documented == set(filters)
+    shown = subprocess.run(
+        [str(ROOT / ".venv/bin/ansible-doc"), "--json", "-t", "filter", *sorted(filters)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for name, doc in json.loads(shown.stdout).items():
+        assert re.search(rf"\| *'?{re.escape(name)}\b", doc["examples"]) or f"map('{name}'" in doc["examples"], name
+        assert doc["return"]["_value"]["description"], name
