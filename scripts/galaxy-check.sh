@@ -6,7 +6,8 @@
 #     requirements/galaxy.txt; settings in scripts/galaxy-importer.cfg);
 #  2. `ansible-test sanity` on the artifact installed in a fresh ansible_collections/sglang/fleet (its per-test venvs
 #     from the package index; the pip bootstrap it would download comes from scripts/ansible-test-get-pip.py);
-#  3. ansible-lint on that installed artifact (production profile; the checkout's .ansible-lint-ignore);
+#  3. ansible-lint on that installed artifact (production profile; the checkout's .ansible-lint-ignore and .yamllint,
+#     which do not ship);
 #  4. the README's user-project recipe ("As a collection"), verbatim, in a fresh project holding a copy of the
 #     sandbox's inventory: the artifact and its dependencies installed from the artifacts, then
 #     `ansible-playbook sglang.fleet.deploy --tags preflight` against the sandbox's hosts (started by `make sandbox`).
@@ -32,6 +33,11 @@ mv "$OUT/dist/$artifact" "$OUT/dist/collections/"
 python ee/pack_collections.py requirements/collections.yml "$OUT/dist" "$artifact"
 mv "$OUT"/dist/collections/*.tar.gz "$OUT/dist/" && rm -r "$OUT/dist/collections" "$OUT/dist/requirements.yml"
 ls "$OUT/dist" >&2
+# galaxy.yml's build_ignore names tests/' folders one by one: of tests/, only ansible-test's ignore file ships.
+if tar -tzf "$OUT/dist/$artifact" | grep '^tests/' | grep -v '^tests/$\|^tests/sanity/'; then
+  echo "$artifact: test content above ships (galaxy.yml build_ignore)" >&2
+  exit 1
+fi
 [[ ${1:-} != dist ]] || exit 0
 # The steps below run on the artifact, not on this checkout: nothing of the checkout's ansible.cfg applies (Ansible
 # would read it from the current directory), an empty one instead.
@@ -42,18 +48,22 @@ export ANSIBLE_CONFIG=$OUT/empty.cfg
 work=$(mktemp -d "${TMPDIR:-/tmp}/sglang-fleet-galaxy-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-step "galaxy-importer"
+step "the changelog's fragments (antsibull-changelog lint)"
 if [[ ! -f $GALAXY_VENV/.installed || requirements/galaxy.txt -nt $GALAXY_VENV/.installed ]]; then
   rm -rf "$GALAXY_VENV"
   "$VENV/bin/python" -m venv "$GALAXY_VENV"
   "$GALAXY_VENV/bin/pip" install --quiet --disable-pip-version-check -r requirements/galaxy.txt
   touch "$GALAXY_VENV/.installed"
 fi
+"$GALAXY_VENV/bin/antsibull-changelog" lint
+
+step "galaxy-importer"
 mkdir -p "$OUT/importer"
 (cd "$OUT/importer" && GALAXY_IMPORTER_CONFIG=$ROOT/scripts/galaxy-importer.cfg PATH=$GALAXY_VENV/bin:$PATH \
   python -m galaxy_importer.main "$OUT/dist/$artifact") 2>&1 | tee "$OUT/importer/importer.log" >&2
-# It fails on errors; its warnings (ansible-lint's findings, a missing changelog, ...) fail this check too.
-if grep -E '^(WARNING|ERROR)' "$OUT/importer/importer.log"; then
+# It fails on errors; its warnings (ansible-lint's findings, a missing changelog, ...) fail this check too, but for its
+# notice that the collection has an ansible-test ignore file (tests/sanity/ignore-2.19.txt, each line with its reason).
+if grep -E '^(WARNING|ERROR)' "$OUT/importer/importer.log" | grep -v 'Ignore files skip ansible-test sanity tests, found ignore-2.19.txt'; then
   echo "galaxy-importer: the findings above" >&2
   exit 1
 fi
@@ -70,7 +80,8 @@ collection=$work/installed/ansible_collections/sglang/fleet
 
 step "ansible-lint on the installed artifact"
 (cd "$collection" && ANSIBLE_COLLECTIONS_PATH=$work/installed \
-  ansible-lint --offline --profile production --ignore-file "$ROOT/.ansible-lint-ignore" --nocolor) >&2
+  ansible-lint --offline --profile production --ignore-file "$ROOT/.ansible-lint-ignore" --yamllint-file "$ROOT/.yamllint" \
+    --nocolor) >&2
 
 if [[ ${GALAXY_CHECK_RECIPE:-true} == true ]]; then
   step "the README's user-project recipe, against the sandbox's hosts"

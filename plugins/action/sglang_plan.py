@@ -32,7 +32,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _validated, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         module_args = dict(args["host_facts"])
         if args["probe_ahead"] and (key := probe_key.key()) is not None:
             module_args["probe_ahead"] = {"path": args["probe_ahead"], "key": key.hex()}

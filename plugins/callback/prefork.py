@@ -3,23 +3,6 @@
 
 from __future__ import annotations
 
-import functools
-import gc
-import importlib
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
-from ansible import constants
-from ansible.inventory.helpers import get_group_vars
-from ansible.plugins.callback import CallbackBase
-from ansible.plugins.loader import connection_loader, filter_loader, test_loader
-from ansible.utils.display import Display
-from ansible.utils.vars import combine_vars
-from ansible_collections.sglang.fleet.plugins.plugin_utils import code_cache, disk_cache, import_cache, template_cache
-
-display = Display()
-
 DOCUMENTATION = r"""
 name: prefork
 type: aggregate
@@ -75,6 +58,24 @@ options:
     env: [{name: SGLANG_FLEET_CACHE_DIR}]
     ini: [{section: sglang_fleet, key: cache_dir}]
 """
+
+import functools
+import gc
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ansible import constants
+from ansible.inventory.helpers import get_group_vars
+from ansible.plugins.callback import CallbackBase
+from ansible.plugins.loader import connection_loader, filter_loader, test_loader
+from ansible.utils.display import Display
+from ansible.utils.vars import combine_vars
+from ansible_collections.sglang.fleet.plugins.plugin_utils import code_cache, disk_cache, import_cache, template_cache
+
+display = Display()
+
 
 PLUGINS = Path(__file__).resolve().parent.parent
 PACKAGE = "ansible_collections.sglang.fleet.plugins"

@@ -94,7 +94,7 @@ def sglang_server_stale(
         started = systemd_utc_seconds(state.get("ExecMainStartTimestamp", ""))
         if state.get("ActiveState") != "active" or started is None:
             continue
-        if max(changed_at.get(path, 0.0) for path, _ in instance["files"]["last_good"]) > started:
+        if max(changed_at.get(path, 0.0) for path, _copy in instance["files"]["last_good"]) > started:
             stale.append(instance)
     return stale
 

@@ -82,7 +82,7 @@ def read_kept(path: str, key: bytes) -> tuple[str, str] | None:
         status = os.fstat(handle.fileno())
         if status.st_uid != os.geteuid() or status.st_mode & 0o077:
             return None
-        kept_signature, _, kept_text = handle.read().partition("\n")
+        kept_signature, _newline, kept_text = handle.read().partition("\n")
     return (kept_signature, kept_text) if hmac.compare_digest(kept_signature, signature(key, kept_text)) else None
 
 

@@ -11,10 +11,10 @@ import signal
 import subprocess
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from ansible.module_utils.urls import open_url
 from ansible_collections.sglang.fleet.plugins.module_utils import systemd
 
 UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "InvocationID", "ExecMainCode", "ExecMainStatus", "Result")
@@ -57,7 +57,7 @@ def death(before: dict[str, str], now: dict[str, str]) -> str | None:
 def http_status(url: str, timeout: float = 30.0) -> int | None:
     """HTTP status of a GET, or None when nothing answers yet."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with open_url(url, timeout=timeout) as response:
             return int(response.status)
     except urllib.error.HTTPError as error:
         return int(error.code)
@@ -117,9 +117,9 @@ def wait(
 def http_json(url: str, payload: dict[str, Any] | None = None, timeout: float = 60.0, api_key: str = "") -> Any:
     """GET (or POST `payload` as JSON) and decode the JSON answer; raises on HTTP errors."""
     data = json.dumps(payload).encode() if payload is not None else None
-    request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
-    request.add_header("Content-Type", "application/json")
+    headers = {"Content-Type": "application/json"}
     if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+        headers["Authorization"] = f"Bearer {api_key}"
+    method = "POST" if data is not None else "GET"
+    with open_url(url, data=data, headers=headers, method=method, timeout=timeout) as response:
         return json.loads(response.read().decode() or "null")

@@ -3,22 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import signal
-import subprocess
-from typing import Any
-from xml.etree import ElementTree
-
-from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import model_facts
-
-# ansible.builtin.setup's minimal subset, gathered whatever `gather_subset` says.
-SETUP_MINIMAL_SUBSET = frozenset(
-    ["apparmor", "caps", "cmdline", "date_time", "distribution", "dns", "env", "fips", "local", "lsb", "pkg_mgr",
-     "platform", "python", "selinux", "service_mgr", "ssh_pub_keys", "user"]
-)  # fmt: skip
-
 DOCUMENTATION = r"""
 module: sglang_host_facts
 short_description: Gathers the GPU, memory, port and library facts that sglang-fleet plans with
@@ -212,6 +196,24 @@ model:
   returned: when I(model) is given
   type: dict
 """
+
+import os
+import re
+from typing import TYPE_CHECKING, Any
+from xml.etree import ElementTree
+
+from ansible_collections.sglang.fleet.plugins.module_utils.calls import answered, started, stop
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import model_facts
+
+if TYPE_CHECKING:
+    from ansible_collections.sglang.fleet.plugins.module_utils.calls import Call
+
+# ansible.builtin.setup's minimal subset, gathered whatever `gather_subset` says.
+SETUP_MINIMAL_SUBSET = frozenset(
+    ["apparmor", "caps", "cmdline", "date_time", "distribution", "dns", "env", "fips", "local", "lsb", "pkg_mgr",
+     "platform", "python", "selinux", "service_mgr", "ssh_pub_keys", "user"]
+)  # fmt: skip
+
 
 GPU_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
@@ -407,41 +409,13 @@ def glibc_version() -> str:
     return found.split()[-1] if found else ""
 
 
-def started(argv: list[str]) -> subprocess.Popen[str]:
-    """`argv` running in a session of its own (ended with whatever it starts: stop), its output piped."""
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def stop(call: subprocess.Popen[str]) -> None:
-    """Kill `call` and what it started, and reap it; pipes something outside its session still holds are closed, not
-    read."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(call.pid, signal.SIGKILL)
-    try:
-        call.communicate(timeout=5)
-    except subprocess.TimeoutExpired:
-        for pipe in (call.stdout, call.stderr):
-            if pipe is not None:
-                pipe.close()
-        call.wait()
-
-
-def answered(call: subprocess.Popen[str], timeout: float) -> tuple[str, str] | None:
-    """(stdout, stderr) of `call` once it exits within `timeout` seconds; else None, `call` and what it started stopped."""
-    try:
-        return call.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop(call)
-        return None
-
-
 class NvidiaSmi:
     """Calls of nvidia-smi that run side by side: each starts when first named (start) and is read when its answer is
     needed (answer); close ends those never read."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.calls: dict[tuple[str, ...], subprocess.Popen[str]] = {}
+        self.calls: dict[tuple[str, ...], Call] = {}
         self.answers: dict[tuple[str, ...], tuple[str, str | None]] = {}
 
     def start(self, *args: str) -> None:
@@ -515,7 +489,7 @@ class PythonVersions:
         import sys
 
         self.found: dict[str, str] = {}
-        self.asked: dict[tuple[str, str], subprocess.Popen[str]] = {}  # (name, path): its answer
+        self.asked: dict[tuple[str, str], Call] = {}  # (name, path): its answer
         for name in names:
             path = shutil.which(name)
             if not path:
@@ -630,7 +604,7 @@ def main() -> None:
                     "group": {"type": "str", "default": ""},
                     "verified_file": {"type": "path", "default": ""},
                     "link": {"type": "path", "default": ""},
-                    "tokenizer_paths": {"type": "list", "elements": "path", "default": []},
+                    "tokenizer_paths": {"type": "list", "elements": "path", "default": [], "no_log": False},  # directories
                 },
             },
             "group_models": {"type": "list", "elements": "path", "default": []},

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
-
 DOCUMENTATION = r"""
 module: sglang_installed
 short_description: Says, in one call, whether a role's install steps would change anything on the host
@@ -122,6 +120,8 @@ free_space:
   returned: always
   type: dict
 """
+
+from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
 
 
 def main() -> None:

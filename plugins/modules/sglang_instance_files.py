@@ -3,14 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-from typing import Any
-
-from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead
-from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import routers_differences
-
 DOCUMENTATION = r"""
 module: sglang_instance_files
 short_description: Writes many small files in one call; only what differs changes
@@ -103,6 +95,14 @@ answers:
   returned: when I(requests) is given
   type: dict
 """
+
+import os
+import tempfile
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils import probe_ahead
+from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import routers_differences
 
 
 def read(path: str) -> bytes | None:

@@ -3,14 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
-
 DOCUMENTATION = r"""
 module: sglang_router_members
 short_description: Reconciles sglang-router's workers with the planned ones
@@ -98,14 +90,20 @@ skipped:
   type: list
 """
 
+import os
+import urllib.error
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ansible.module_utils.urls import open_url
+from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client
+
 
 def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) -> str | None:
     """None when the worker answers 200 on `path`, else why not."""
-    request = urllib.request.Request(url.rstrip("/") + path, method="GET")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with open_url(url.rstrip("/") + path, headers=headers, method="GET", timeout=timeout) as response:
             status = int(response.status)
     except urllib.error.HTTPError as error:
         status = int(error.code)

@@ -68,7 +68,7 @@ def validated_arguments(action: Any, spec: dict[str, Any]) -> dict[str, Any]:
     from ansible.errors import AnsibleActionFail
 
     try:
-        _, args = action.validate_argument_spec(argument_spec=spec)
+        _validated, args = action.validate_argument_spec(argument_spec=spec)
     except AnsibleActionFail as error:
         raise AnsibleActionFail(error.message) from None
     return dict(args)
