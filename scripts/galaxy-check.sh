@@ -8,10 +8,11 @@
 #     from the package index; the pip bootstrap it would download comes from scripts/ansible-test-get-pip.py);
 #  3. ansible-lint on that installed artifact (production profile; the checkout's .ansible-lint-ignore and .yamllint,
 #     which do not ship);
-#  4. the README's user-project recipe ("As a collection"), verbatim, in a fresh project holding a copy of the
+#  4. `ansible-builder create` (the execution environment's build context) from the checkout's tracked files alone;
+#  5. the README's user-project recipe ("As a collection"), verbatim, in a fresh project holding a copy of the
 #     sandbox's inventory: the artifact and its dependencies installed from the artifacts, then
 #     `ansible-playbook sglang.fleet.deploy --tags preflight` against the sandbox's hosts (started by `make sandbox`).
-# `galaxy-check.sh dist` (make galaxy-dist) only builds build/galaxy/dist/. GALAXY_CHECK_RECIPE=false leaves out step 4
+# `galaxy-check.sh dist` (make galaxy-dist) only builds build/galaxy/dist/. GALAXY_CHECK_RECIPE=false leaves out step 5
 # (no sandbox needed).
 set -euo pipefail
 
@@ -82,6 +83,11 @@ step "ansible-lint on the installed artifact"
 (cd "$collection" && ANSIBLE_COLLECTIONS_PATH=$work/installed \
   ansible-lint --offline --profile production --ignore-file "$ROOT/.ansible-lint-ignore" --yamllint-file "$ROOT/.yamllint" \
     --nocolor) >&2
+
+step "ansible-builder create, from the checkout's tracked files alone (as a fresh clone has them)"
+mkdir -p "$work/clone"
+git ls-files -z | tar --null --files-from - --create --file - | tar --extract --directory "$work/clone"
+(cd "$work/clone" && ansible-builder create --file execution-environment.yml --context "$work/ee-context" >&2)
 
 if [[ ${GALAXY_CHECK_RECIPE:-true} == true ]]; then
   step "the README's user-project recipe, against the sandbox's hosts"

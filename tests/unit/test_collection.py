@@ -140,3 +140,15 @@ def test_every_filter_is_documented_for_ansible_doc() -> None:
     for name, doc in json.loads(shown.stdout).items():
         assert re.search(rf"\| *'?{re.escape(name)}\b", doc["examples"]) or f"map('{name}'" in doc["examples"], name
         assert doc["return"]["_value"]["description"], name
+
+
+def test_the_execution_environment_names_the_artifacts_it_stages() -> None:
+    """ansible-builder create reads ee/requirements.yml (committed, so a fresh clone has it): sglang.fleet at galaxy.yml's
+    version and every collection of requirements/collections.yml at its pin, as scripts/ee-image.sh stages them."""
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    definition = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
+    assert definition["dependencies"]["galaxy"] == "ee/requirements.yml"
+    named = {entry["name"] for entry in yaml.safe_load((ROOT / "ee/requirements.yml").read_text())["collections"]}
+    assert f"collections/sglang-fleet-{galaxy['version']}.tar.gz" in named
+    for entry in yaml.safe_load((ROOT / "requirements/collections.yml").read_text())["collections"]:
+        assert f"collections/{entry['name'].replace('.', '-')}-{entry['version']}.tar.gz" in named, entry["name"]
