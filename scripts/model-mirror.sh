@@ -127,7 +127,10 @@ start() {
   mv "$REPO_FILE.tmp" "$REPO_FILE"
   write_config
   echo "starting olah on $ENDPOINT (log: $LOG)" >&2
-  (cd "$STATE" && exec setsid nohup "$VENV/bin/olah-cli" -c "$STATE/configs.toml" >"$LOG" 2>&1 </dev/null 9>&-) &
+  # The daemon keeps none of this shell's other descriptors: one open on a lock (`flock FILE make sandbox` passes it as
+  # 3, `exec 9>FILE` as 9) would hold that lock for as long as the mirror runs.
+  (cd "$STATE" && for fd in /proc/$BASHPID/fd/*; do [ "${fd##*/}" -gt 2 ] && eval "exec ${fd##*/}>&-"; done
+   exec setsid nohup "$VENV/bin/olah-cli" -c "$STATE/configs.toml" >"$LOG" 2>&1 </dev/null) &
   local pid=$!
   echo "$pid" >"$PID_FILE"
   for _ in $(seq $((WAIT_S * 2))); do
