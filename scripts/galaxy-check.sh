@@ -74,8 +74,11 @@ ansible-galaxy collection install --no-deps -p "$work/installed" "$OUT/dist/$art
 pip_version=$(sed -n "s/^ *pip='\([0-9.]*\)',\$/\1/p" \
   "$VENV"/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py)
 get_pip=$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py
-mkdir -p "$(dirname "$get_pip")"
-cp scripts/ansible-test-get-pip.py "$get_pip"
+# Where ansible-test keeps the script it downloaded: a real one found there stays.
+if [[ ! -f $get_pip ]]; then
+  mkdir -p "$(dirname "$get_pip")"
+  cp scripts/ansible-test-get-pip.py "$get_pip"
+fi
 collection=$work/installed/ansible_collections/sglang/fleet
 (cd "$collection" && ansible-test sanity --python 3.11 --requirements --color no) >&2
 
