@@ -82,6 +82,22 @@ fi
 collection=$work/installed/ansible_collections/sglang/fleet
 (cd "$collection" && ansible-test sanity --python 3.11 --requirements --color no) >&2
 
+step "ansible-doc renders every module, filter, lookup, callback and role entry point of the installed artifact"
+for kind in module filter lookup callback role; do
+  names=$(ANSIBLE_COLLECTIONS_PATH=$work/installed ansible-doc -t "$kind" --list --json sglang.fleet |
+    python -c 'import json, sys; print(" ".join(sorted(json.load(sys.stdin))))')
+  [[ -n $names ]] || { echo "ansible-doc lists no $kind of sglang.fleet" >&2; exit 1; }
+  # shellcheck disable=SC2086  # the names, one word each
+  ANSIBLE_COLLECTIONS_PATH=$work/installed ansible-doc -t "$kind" $names >/dev/null
+  echo "$kind: $(wc -w <<<"$names") rendered" >&2
+done
+for role in $(cd "$collection/roles" && echo *); do
+  for entry_point in $(python -c 'import sys, yaml; print(" ".join(yaml.safe_load(open(sys.argv[1]))["argument_specs"]))' \
+    "$collection/roles/$role/meta/argument_specs.yml"); do
+    ANSIBLE_COLLECTIONS_PATH=$work/installed ansible-doc -t role -e "$entry_point" "sglang.fleet.$role" >/dev/null
+  done
+done
+
 step "ansible-lint on the installed artifact"
 (cd "$collection" && ANSIBLE_COLLECTIONS_PATH=$work/installed \
   ansible-lint --offline --profile production --ignore-file "$ROOT/.ansible-lint-ignore" --yamllint-file "$ROOT/.yamllint" \
