@@ -92,7 +92,8 @@ def load_ansible_plugins(connections: set[str]) -> None:
 
 def freeze() -> None:
     """Move the controller's objects to Python's permanent generation before a task's workers fork."""
-    attempt("gc.freeze", lambda: gc.freeze(), returns=False)
+    # gc.freeze looked up when called: where it is missing, attempt warns (a lambda, not the attribute itself).
+    attempt("gc.freeze", lambda: gc.freeze(), returns=False)  # pylint: disable=unnecessary-lambda
 
 
 class CallbackModule(CallbackBase):  # type: ignore[misc]

@@ -131,7 +131,8 @@ def is_local(host: str) -> bool:
         addresses = [ipaddress.ip_address(host)]
     except ValueError:
         try:  # a name: local when one of its addresses is (the request resolves it the same way)
-            addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in socket.getaddrinfo(host, None)]
+            found = socket.getaddrinfo(host, None)
+            addresses = [ipaddress.ip_address(str(info[4][0]).split("%", maxsplit=1)[0]) for info in found]
         except (OSError, ValueError):
             return False
     return any(_bindable(address) for address in addresses)
@@ -178,7 +179,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def _endpoint(name: Any) -> tuple[str, int]:
-    address = ipaddress.ip_address(str(name[0]).split("%")[0])
+    address = ipaddress.ip_address(str(name[0]).split("%", maxsplit=1)[0])
     mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
     return str(mapped or address), int(name[1])
 
