@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror galaxy-dist galaxy-check
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -86,18 +86,25 @@ bench-install: venv docker ## Benchmark real installs: bytes fetched and time, c
 ee: venv docker ## Execution environment image for AWX / ansible-navigator (execution-environment.yml); prints its name
 	scripts/ee-image.sh
 
+galaxy-dist: venv ## The collection's artifact and its dependencies' (build/galaxy/dist/), for a project of your own
+	scripts/galaxy-check.sh dist
+
+# Needs the sandbox (make sandbox) for its last step, the README's recipe; GALAXY_CHECK_RECIPE=false leaves it out.
+galaxy-check: venv ## The artifact as Galaxy and users get it: galaxy-importer, ansible-test sanity, ansible-lint, the README's recipe
+	scripts/galaxy-check.sh
+
 hardware-bundle: ## Build .hardware/ (SGLang 0.5.17 wheels, stripped, norm for sm_90a) for tests/hardware/run.sh on a GPU
 	python3 tests/hardware/prepare.py
 
 # The real install (a download of several GB, then pip, the longest step) runs beside the checks, the default scenario
 # and the sandbox's first deploy: they neither need nor disturb it, and each scenario has its own containers. The
 # integration suite runs alone (its rollouts wait on the clock), on the sandbox deployed before it.
-test: venv docker ## Everything CI runs: lint, unit (ansible-core 2.19 and 2.20), molecule (install beside the others), sandbox, integration
+test: venv docker ## Everything CI runs: lint, unit (ansible-core 2.19 and 2.20), molecule (install beside the others), sandbox, galaxy-check, integration
 	$(MAKE) --jobs=2 --output-sync=target checks-then-molecule-default-then-sandbox molecule-install
 	$(MAKE) integration
 
 checks-then-molecule-default-then-sandbox: venv docker
-	$(MAKE) --jobs=1 lint unit unit-newest molecule-default sandbox
+	$(MAKE) --jobs=1 lint unit unit-newest molecule-default sandbox galaxy-check
 
 # olah from its own venv (.mirror-venv/, requirements/mirror.txt) on 127.0.0.1:$MODEL_MIRROR_PORT (18090); stop it with
 # scripts/model-mirror.sh stop.

@@ -25,6 +25,11 @@ mkdir -p "$STAGE/collections"
 "$VENV/bin/ansible-galaxy" collection build --output-path "$STAGE/collections" . >&2
 fleet=$(cd "$STAGE/collections" && echo sglang-fleet-*.tar.gz)
 "$VENV/bin/python" ee/pack_collections.py requirements/collections.yml "$STAGE" "$fleet"
+# execution-environment.yml reads the committed list (ansible-builder create needs it before anything is staged).
+if ! diff -u <(grep -v '^#' ee/requirements.yml) "$STAGE/requirements.yml" >&2; then
+  echo "ee/requirements.yml does not name the staged artifacts above: update it (and galaxy.yml's version)" >&2
+  exit 1
+fi
 
 inputs_hash=$(
   {

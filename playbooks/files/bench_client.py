@@ -57,7 +57,7 @@ def measure(url: str, concurrency: int, requests: int, tokens: int, key: str, mo
                 done["tokens"] += generated
 
     start = time.monotonic()
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker) for _thread in range(concurrency)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -28,7 +28,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _validated, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         module_args = dict(args["host_facts"])
         answer: dict[str, Any] = self._execute_module(
             module_name="sglang.fleet.sglang_host_facts", module_args=module_args, task_vars=task_vars or {}

@@ -3,20 +3,6 @@
 
 from __future__ import annotations
 
-import functools
-import gc
-import importlib
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
-from ansible import constants
-from ansible.plugins.callback import CallbackBase
-from ansible.plugins.loader import connection_loader, filter_loader, test_loader
-from ansible.utils.display import Display
-
-display = Display()
-
 DOCUMENTATION = r"""
 name: prefork
 type: aggregate
@@ -42,6 +28,21 @@ description:
 requirements:
   - enabled in callbacks_enabled
 """
+
+import functools
+import gc
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ansible import constants
+from ansible.plugins.callback import CallbackBase
+from ansible.plugins.loader import connection_loader, filter_loader, test_loader
+from ansible.utils.display import Display
+
+display = Display()
+
 
 PLUGINS = Path(__file__).resolve().parent.parent
 PACKAGE = "ansible_collections.sglang.fleet.plugins"
@@ -91,7 +92,8 @@ def load_ansible_plugins(connections: set[str]) -> None:
 
 def freeze() -> None:
     """Move the controller's objects to Python's permanent generation before a task's workers fork."""
-    attempt("gc.freeze", lambda: gc.freeze(), returns=False)
+    # gc.freeze looked up when called: where it is missing, attempt warns (a lambda, not the attribute itself).
+    attempt("gc.freeze", lambda: gc.freeze(), returns=False)  # pylint: disable=unnecessary-lambda
 
 
 class CallbackModule(CallbackBase):  # type: ignore[misc]

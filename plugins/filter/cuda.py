@@ -14,7 +14,7 @@ def cuda_problems(host: str, method: str, methods: list[str], driver: str | None
         problems.append(
             problem_line(host, "host", "cuda_install_method", method, "unknown method", f"use one of {', '.join(methods)}")
         )
-    major = str(driver or "").split(".")[0]
+    major = str(driver or "").split(".", maxsplit=1)[0]
     if driver and (not major.isdigit() or int(major) < min_major):
         problems.append(
             problem_line(

@@ -12,7 +12,7 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import C
 CACHE_FIX = "free space there, or set sglang_model_cache_dir to a filesystem with room for the model"
 LOCK_FIX = (
     "fetch from the source the lock file was written from (sglang_model_endpoint, the revision), or, when the source "
-    "changed on purpose, write the lock again with playbooks/model-lock.yml and review its diff"
+    "changed on purpose, write the lock again with playbooks/model_lock.yml and review its diff"
 )
 
 

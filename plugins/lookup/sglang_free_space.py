@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
-from ansible.plugins.lookup import LookupBase
-from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import free_bytes
-
 DOCUMENTATION = r"""
 name: sglang_free_space
 short_description: The free bytes of the control node's filesystem that holds, or would hold, each path
@@ -35,6 +29,12 @@ _raw:
   type: list
   elements: dict
 """
+
+import os
+from typing import Any
+
+from ansible.plugins.lookup import LookupBase
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import free_bytes
 
 
 class LookupModule(LookupBase):  # type: ignore[misc]

@@ -7,16 +7,6 @@ The same content gives the same bytes, so copying it again changes nothing.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
-import os
-import tarfile
-from pathlib import Path
-from typing import Any
-
-from ansible.plugins.lookup import LookupBase
-
 DOCUMENTATION = r"""
 name: sglang_venv_archive
 short_description: A deterministic .tar.gz of a local Python package, for a one-file transfer to hosts
@@ -47,6 +37,16 @@ _raw:
   type: list
   elements: path
 """
+
+import gzip
+import hashlib
+import io
+import os
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.lookup import LookupBase
 
 SKIPPED = ("__pycache__",)
 

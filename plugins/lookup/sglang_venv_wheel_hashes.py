@@ -9,15 +9,6 @@ download, on the way or on the host, is refused. Every `required` pin must be am
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
-
-from ansible.errors import AnsibleError
-from ansible.plugins.lookup import LookupBase
-from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import sha256_of
-
 DOCUMENTATION = r"""
 name: sglang_venv_wheel_hashes
 short_description: A pip requirements file pinning every wheel of a wheelhouse with its SHA-256
@@ -53,6 +44,15 @@ _raw:
   type: list
   elements: str
 """
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleError
+from ansible.plugins.lookup import LookupBase
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import sha256_of
 
 HEADER = (
     "# Every wheel of this wheelhouse, pinned, with its SHA-256 (computed on the control node from the downloaded\n"
@@ -95,7 +95,7 @@ def hashed_requirements(directory: Path, required: Sequence[str] = ()) -> str:
         files.setdefault(name, wheel.name)
         hashes.setdefault(name, []).append(sha256_of(wheel))
     for pin in required:
-        name, _, version = pin.partition("==")
+        name, _equals, version = pin.partition("==")
         if versions.get(canonical_name(name.strip())) != version.strip():
             found = versions.get(canonical_name(name.strip()))
             raise WheelhouseError(f"{directory}: {pin} is not in the wheelhouse" + (f" (it has {found})" if found else ""))

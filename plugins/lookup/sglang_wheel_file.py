@@ -2,13 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import zipfile
-from typing import Any
-
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-
 DOCUMENTATION = r"""
 name: sglang_wheel_file
 short_description: The text of a file inside a wheel on the control node
@@ -40,6 +33,13 @@ _raw:
   type: list
   elements: str
 """
+
+import os
+import zipfile
+from typing import Any
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
 
 
 def wheel_file(wheel: str, member: str) -> str:

@@ -44,7 +44,7 @@ def venv_differences(venv: str, pins: Sequence[str]) -> list[str]:
     installed = venv_distributions(venv)
     differences = []
     for pin in pins:
-        name, _, version = pin.partition("==")
+        name, _equals, version = pin.partition("==")
         have = installed.get(normalized(name))
         if have != version:
             differences.append(f"{venv}: {name} {version} is not installed" + (f" ({have} is)" if have else ""))

@@ -3,6 +3,7 @@ and its access, memory on the GPUs and in the host's RAM, the GPUs and the ports
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -199,6 +200,11 @@ def tokenizer_paths(server_args: Any, instance_overrides: Any) -> list[str]:
     return sorted(found)
 
 
+def _switched(values: Mapping[str, tuple[str, Any]], dest: str) -> bool:
+    """Whether an instance's command line (its values by destination, `_by_dest`) turns the switch `dest` on."""
+    return values.get(dest, ("", None))[1] is True
+
+
 def multimodal_architecture(support: Support, architectures: list[str], enabled: bool) -> str | None:
     """The architecture for which the pinned SGLang starts the checkpoint as multimodal (ModelConfig: with
     --enable-multimodal unset it turns multimodal off for the first architecture's opt-in models), or None."""
@@ -232,10 +238,7 @@ def multimodal_start_problems(
     knows_lm_only = any(flag.dest == "language_model_only" for flag in support.flags.values())
     for instance in instances:
         values = _by_dest(support, instance)
-
-        def switched(dest: str, values: dict[str, tuple[str, Any]] = values) -> bool:
-            return values.get(dest, ("", None))[1] is True
-
+        switched = functools.partial(_switched, values)
         architecture = multimodal_architecture(support, architectures, switched("enable_multimodal"))
         if architecture is None or switched("language_model_only") or (knows_lm_only and model.get("language_model_only")):
             continue  # text-only to SGLang: no processor, a text warm-up
@@ -253,7 +256,7 @@ def multimodal_start_problems(
         if sourced and variable == model_variable:
             how = (
                 "where the repository has it, select it in sglang_model (allow_patterns) and write the lock again "
-                "(playbooks/model-lock.yml)"
+                "(playbooks/model_lock.yml)"
             )
         else:
             how = f"copy the model repository's one into {directory}"

@@ -66,9 +66,8 @@ def derive_instances(
     pipeline = _positive_int(problems, "sglang_pipeline_parallel_size", settings["pipeline_parallel_size"])
     port_base = _positive_int(problems, "sglang_port_base", settings["port_base"], 1024)
     nccl_base = _positive_int(problems, "sglang_nccl_port_base", settings["nccl_port_base"], 1024)
-    if None in (tensor, data, pipeline, port_base, nccl_base):
+    if tensor is None or data is None or pipeline is None or port_base is None or nccl_base is None:
         return []
-    assert tensor and data and pipeline and port_base and nccl_base
     ranks = tensor * data * pipeline
     per_instance = settings["gpus_per_instance"] or ranks
     if per_instance != ranks:

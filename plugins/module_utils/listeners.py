@@ -1,7 +1,7 @@
 """Who listens on a TCP port of this host: port -> socket inode -> PID -> systemd unit (from /proc).
 
 The host facts report every listening port's holder (preflight: a port taken by another program); the fleet's senders
-of a key (the API key, a router's admin key) open their connection with `urlopen`: a key goes to a local port only
+of a key (the API key, a router's admin key) open their connection with `open_url` here: a key goes to a local port only
 when the process that accepted the connection (or, while it waits in the queue, every socket listening there) belongs
 to the unit it is meant for. A port is free while its router restarts and while SGLang
 loads its model (it binds its HTTP port after loading): any local account could bind it first and collect the key.
@@ -17,7 +17,7 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -136,7 +136,8 @@ def is_local(host: str) -> bool:
         addresses = [ipaddress.ip_address(host)]
     except ValueError:
         try:  # a name: local when one of its addresses is (the request resolves it the same way)
-            addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in socket.getaddrinfo(host, None)]
+            found = socket.getaddrinfo(host, None)
+            addresses = [ipaddress.ip_address(str(info[4][0]).split("%", maxsplit=1)[0]) for info in found]
         except (OSError, ValueError):
             return False
     return any(_bindable(address) for address in addresses)
@@ -183,7 +184,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def _endpoint(name: Any) -> tuple[str, int]:
-    address = ipaddress.ip_address(str(name[0]).split("%")[0])
+    address = ipaddress.ip_address(str(name[0]).split("%", maxsplit=1)[0])
     mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
     return str(mapped or address), int(name[1])
 
@@ -212,27 +213,53 @@ def verify_connection(sock: socket.socket, url: str, units: Collection[str], pro
     refuse_strangers(server[1], url, accepted or port_holders(server[1], proc) or [holder(None, proc)], units)
 
 
-def urlopen(request: Any, units: Collection[str], timeout: float) -> Any:
-    """urllib.request.urlopen for a request that carries a key: on a connection to this host, nothing is sent until
-    the process at the other end is one of `units` (verify_connection; ListenerError otherwise). No `units`: a plain
-    urlopen (a request without a secret)."""
-    # Imported here: deploy's probe imports this module on every host (http.client and urllib.request cost ~25 ms).
+def open_url(
+    url: str,
+    units: Collection[str],
+    timeout: float,
+    method: str = "GET",
+    data: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Any:
+    """One HTTP request; its answer as `ansible.module_utils.urls.open_url` gives it (a response to read and close;
+    urllib.error.HTTPError for a status >= 400). With `units` (a request that carries a key), on a connection to this
+    host nothing is sent until the process at the other end is one of `units` (verify_connection; ListenerError
+    otherwise); such a request goes straight to `url` (no proxy, no redirect followed). No `units`: Ansible's open_url
+    (a request without a secret)."""
+    # Imported here: deploy's probe imports this module on every host (http.client and Ansible's urls cost ~25 ms).
     import http.client
-    import urllib.request
+    import urllib.error
 
     if not units:
-        return urllib.request.urlopen(request, timeout=timeout)
+        from ansible.module_utils.urls import open_url as ansible_open_url
 
-    class VerifiedConnection(http.client.HTTPConnection):
-        def connect(self) -> None:
-            super().connect()
-            verify_connection(self.sock, f"http://{self.host}:{self.port}", units)
+        return ansible_open_url(url, data=data, headers=dict(headers or {}), method=method, timeout=timeout)
 
-    class VerifiedHandler(urllib.request.HTTPHandler):
-        def http_open(self, req: urllib.request.Request) -> Any:
-            return self.do_open(VerifiedConnection, req)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url}")
+    connection: http.client.HTTPConnection
+    if parts.scheme == "https":
+        import ssl
 
-    return urllib.request.build_opener(VerifiedHandler()).open(request, timeout=timeout)
+        connection = http.client.HTTPSConnection(
+            parts.hostname, parts.port, timeout=timeout, context=ssl.create_default_context()
+        )
+    else:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        connection.connect()
+        verify_connection(connection.sock, url, units)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # Connection: close, as urllib sends it: the socket closes with the response.
+        connection.request(method, target, body=data, headers={**(headers or {}), "Connection": "close"})
+        response = connection.getresponse()
+    except BaseException:
+        connection.close()
+        raise
+    if response.status >= 400:
+        raise urllib.error.HTTPError(url, response.status, response.reason, response.headers, response)
+    return response
 
 
 def instance_unit(url: str) -> str:

@@ -327,7 +327,7 @@ def unreadable_as_account(path: str, names: list[str], uid: int, gid: int, gids:
     while chunk := os.read(reader, 1 << 16):
         chunks.append(chunk)
     os.close(reader)
-    _, status = os.waitpid(pid, 0)
+    _pid, status = os.waitpid(pid, 0)
     if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
         raise OSError(f"the access check as uid {uid} failed")
     return [str(line) for line in json.loads(b"".join(chunks))]

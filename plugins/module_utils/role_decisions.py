@@ -129,7 +129,7 @@ def server_units(instances: Sequence[Mapping[str, Any]], reading: Mapping[str, A
     for instance in instances:
         state = states.get(instance["unit"], {})
         started = utc_seconds(state.get("ExecMainStartTimestamp", ""))
-        changed = max((changed_at.get(path, 0.0) for path, _ in instance["files"]["last_good"]), default=0.0)
+        changed = max((changed_at.get(path, 0.0) for path, _copy in instance["files"]["last_good"]), default=0.0)
         if state.get("ActiveState") == "active" and started is not None and changed > started:
             stale.append(instance)
     return {

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -57,7 +56,7 @@ def death(before: dict[str, str], now: dict[str, str]) -> str | None:
 def http_status(url: str, timeout: float = 30.0) -> int | None:
     """HTTP status of a GET, or None when nothing answers yet."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with listeners.open_url(url, (), timeout) as response:
             return int(response.status)
     except urllib.error.HTTPError as error:
         return int(error.code)
@@ -118,9 +117,10 @@ def http_json(url: str, payload: dict[str, Any] | None = None, timeout: float = 
     """GET (or POST `payload` as JSON) and decode the JSON answer; raises on HTTP errors. With a key, `url` is an
     instance's: the key goes only to that instance's unit (listeners.ListenerError for a port another process holds)."""
     data = json.dumps(payload).encode() if payload is not None else None
-    request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
-    request.add_header("Content-Type", "application/json")
+    headers = {"Content-Type": "application/json"}
     if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    with listeners.urlopen(request, {listeners.instance_unit(url)} if api_key else (), timeout) as response:
+        headers["Authorization"] = f"Bearer {api_key}"
+    method = "POST" if data is not None else "GET"
+    units = {listeners.instance_unit(url)} if api_key else ()
+    with listeners.open_url(url, units, timeout, method=method, data=data, headers=headers) as response:
         return json.loads(response.read().decode() or "null")

@@ -3,15 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import time
-from collections.abc import Callable
-from typing import Any
-
-from ansible_collections.sglang.fleet.plugins.module_utils import sandboxed
-
 DOCUMENTATION = r"""
 module: sglang_cuda_check
 short_description: Runs the runtime's CUDA smoke check for each instance under its unit's own sandbox
@@ -50,15 +41,15 @@ options:
     description: Seconds each check may take.
     type: int
     default: 300
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
 - name: Check CUDA inside each instance's sandbox
-  sglang_cuda_check:
+  sglang.fleet.sglang_cuda_check:
     host: "{{ inventory_hostname }}"
     instances: "{{ sglang_instances }}"
-    properties: "{{ sglang_instances | map('sglang_server_unit_properties', _sglang_server_sandbox) | list }}"
+    properties: "{{ sglang_instances | map('sglang.fleet.sglang_server_unit_properties', _sglang_server_sandbox) | list }}"
     command: ["/opt/sglang/sglang-0.5.23/bin/python", "/opt/sglang/sglang-0.5.23/cuda_smoke_check.py"]
 """
 
@@ -73,6 +64,15 @@ checked:
   returned: always
   type: dict
 """
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils import process_calls, sandboxed
 
 FIX = (
     "the unit would start with the same settings and fail; check the GPUs' device nodes (ls -l /dev/nvidia*), "
@@ -115,7 +115,7 @@ def run_checks(
     base_environment: dict[str, str],
     command: list[str],
     timeout: float,
-    spawn: Callable[..., Any] = subprocess.Popen,
+    spawn: Callable[[list[str]], Any] = process_calls.piped,
     run_dir: str = "/run",
 ) -> dict[str, Any]:
     started: dict[str, tuple[Any, str, float]] = {}
@@ -127,14 +127,14 @@ def run_checks(
             argv = systemd_run(instance["name"], unit_properties, env_file, [*command, "--expect", str(gpus)])
             if gpus > 1:
                 argv.append("--all-reduce")
-            process = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+            process = spawn(argv)
             started[instance["name"]] = (process, env_file, time.monotonic())
         checked: dict[str, Any] = {}
         problems = []
         for instance in instances:
-            process, _, began = started[instance["name"]]
+            process, _env_file, began = started[instance["name"]]
             try:
-                output, _ = process.communicate(timeout=max(1.0, timeout - (time.monotonic() - began)))
+                output, _stderr = process.communicate(timeout=max(1.0, timeout - (time.monotonic() - began)))
                 result = verdict(output, process.returncode)
             except subprocess.TimeoutExpired:
                 process.kill()
@@ -149,7 +149,7 @@ def run_checks(
                 )
         return {"problems": problems, "checked": checked}
     finally:
-        for _, env_file, _ in started.values():
+        for _process, env_file, _began in started.values():
             os.unlink(env_file)
 
 

@@ -3,30 +3,6 @@
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
-from ansible_collections.sglang.fleet.plugins.module_utils.listeners import listening_ports, unit_of
-from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import model_facts
-from ansible_collections.sglang.fleet.plugins.module_utils.nvidia_smi import (
-    APP_QUERY,
-    GPU_QUERY,
-    PROC_GPUS,
-    XML_QUERY,
-    NvidiaSmi,
-    add_minors,
-    device_nodes,
-    parse_apps,
-    parse_gpus,
-)
-from ansible_collections.sglang.fleet.plugins.module_utils.pythons import PythonVersions
-
-# ansible.builtin.setup's minimal subset, gathered whatever `gather_subset` says.
-SETUP_MINIMAL_SUBSET = frozenset(
-    ["apparmor", "caps", "cmdline", "date_time", "distribution", "dns", "env", "fips", "local", "lsb", "pkg_mgr",
-     "platform", "python", "selinux", "service_mgr", "ssh_pub_keys", "user"]
-)  # fmt: skip
-
 DOCUMENTATION = r"""
 module: sglang_host_facts
 short_description: Gathers the GPU, memory, port and library facts that sglang-fleet plans with
@@ -124,15 +100,15 @@ options:
     type: list
     elements: path
     default: []
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
 - name: Gather GPU and host facts
-  sglang_host_facts:
+  sglang.fleet.sglang_host_facts:
 
 - name: Gather GPU and host facts and read the model directory
-  sglang_host_facts:
+  sglang.fleet.sglang_host_facts:
     model:
       path: /srv/models/Qwen3.6-27B
       user: sglang
@@ -199,6 +175,31 @@ model:
   returned: when I(model) is given
   type: dict
 """
+
+import os
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils.listeners import listening_ports, unit_of
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import model_facts
+from ansible_collections.sglang.fleet.plugins.module_utils.nvidia_smi import (
+    APP_QUERY,
+    GPU_QUERY,
+    PROC_GPUS,
+    XML_QUERY,
+    NvidiaSmi,
+    add_minors,
+    device_nodes,
+    parse_apps,
+    parse_gpus,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.pythons import PythonVersions
+
+# ansible.builtin.setup's minimal subset, gathered whatever `gather_subset` says.
+SETUP_MINIMAL_SUBSET = frozenset(
+    ["apparmor", "caps", "cmdline", "date_time", "distribution", "dns", "env", "fips", "local", "lsb", "pkg_mgr",
+     "platform", "python", "selinux", "service_mgr", "ssh_pub_keys", "user"]
+)  # fmt: skip
+
 
 def memtotal_mb(proc: str = "/proc") -> int:
     with open(f"{proc}/meminfo", encoding="utf-8") as handle:
@@ -305,7 +306,7 @@ def main() -> None:
                     "group": {"type": "str", "default": ""},
                     "verified_file": {"type": "path", "default": ""},
                     "link": {"type": "path", "default": ""},
-                    "tokenizer_paths": {"type": "list", "elements": "path", "default": []},
+                    "tokenizer_paths": {"type": "list", "elements": "path", "default": [], "no_log": False},  # directories
                 },
             },
             "group_models": {"type": "list", "elements": "path", "default": []},

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
-
 DOCUMENTATION = r"""
 module: sglang_installed
 short_description: Says, in one call, whether a role's install steps would change anything on the host
@@ -72,7 +70,22 @@ options:
     type: list
     elements: str
     default: []
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
+"""
+
+EXAMPLES = r"""
+- name: Say whether the venv's install steps would change anything
+  sglang.fleet.sglang_installed:
+    packages: {python3-venv: ""}
+    venvs:
+      - path: /opt/sglang/sglang-0.5.23
+        pins: [sglang==0.5.23, sglang-router==0.3.2]
+    paths:
+      - {path: /opt/sglang/sglang-0.5.23/check_server_args.py, state: file, mode: "0644"}
+    units: [sglang-30000.service]
+    free_space: [/opt/sglang]
+  register: installed
+  check_mode: false
 """
 
 RETURN = r"""
@@ -107,6 +120,8 @@ free_space:
   returned: always
   type: dict
 """
+
+from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
 
 
 def main() -> None:

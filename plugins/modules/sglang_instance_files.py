@@ -3,13 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible_collections.sglang.fleet.plugins.module_utils import safe_write
-from ansible_collections.sglang.fleet.plugins.module_utils.file_compare import compare_file
-from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import routers_differences
-
 DOCUMENTATION = r"""
 module: sglang_instance_files
 short_description: Writes many small files in one call; only what differs changes
@@ -46,7 +39,30 @@ options:
       the workers) and answered in its C(routers) - by URL, what differs, empty when nothing does.
     type: dict
     default: {}
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
+"""
+
+EXAMPLES = r"""
+# Through the action of the same name, as the roles call it: files of the role's templates/ rendered on the control
+# node (or given as content) and written in one call, only those that differ.
+- name: Add NVIDIA's CUDA repository and its pin, only what differs
+  sglang.fleet.sglang_instance_files:
+    files:
+      - src: nvidia-cuda.sources.j2
+        dest: /etc/apt/sources.list.d/nvidia-cuda.sources
+        template: true
+        owner: root
+        group: root
+        mode: "0644"
+      - {content: "# {{ ansible_managed }}\n", dest: /etc/sglang-fleet/README, owner: root, group: root, mode: "0644"}
+
+- name: Write every instance's unit and environment file from the role's templates
+  sglang.fleet.sglang_instance_files:
+    instances: "{{ sglang_instances }}"
+    templates:
+      - {src: sglang.service.j2, file: unit, owner: root, group: root, mode: "0644"}
+      - {src: sglang.env.j2, file: environment, owner: root, group: sglang, mode: "0640"}
+  register: written
 """
 
 RETURN = r"""
@@ -63,6 +79,13 @@ answers:
   returned: when I(requests) is given
   type: dict
 """
+
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils import safe_write
+from ansible_collections.sglang.fleet.plugins.module_utils.file_compare import compare_file
+from ansible_collections.sglang.fleet.plugins.module_utils.installed import probe
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import routers_differences
 
 
 def write(path: str, data: bytes, uid: int, gid: int, mode: int) -> None:

@@ -8,7 +8,7 @@ module: sglang_model_fetch
 short_description: Brings a model source's locked files into the control node's cache, verified, as a snapshot
 description:
   - An action plugin, run on the control node and never on a host, whatever the task's host.
-  - Reads the lock file's entry for the source (written by playbooks/model-lock.yml) and brings exactly those files
+  - Reads the lock file's entry for the source (written by playbooks/model_lock.yml) and brings exactly those files
     into a content-addressed cache, I(cache_dir)/blobs/<sha256>, each checked against the lock's size and SHA-256
     before it is kept. A Hub source downloads at its pinned commit; a directory source copies from I(source.src).
   - A cached blob is reused without reading it when its size, modification time and inode match what
@@ -40,7 +40,7 @@ options:
     type: path
     required: true
 extends_documentation_fragment: [sglang.fleet.model_source]
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""

@@ -27,7 +27,7 @@ options:
     type: path
     required: true
 extends_documentation_fragment: [sglang.fleet.model_source]
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""

@@ -3,14 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Mapping
-from typing import Any
-
-from ansible_collections.sglang.fleet.plugins.module_utils import safe_write
-from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe, read_verified
-
 DOCUMENTATION = r"""
 module: sglang_model_revision
 short_description: Checks a model revision's files by SHA-256, remembers them and points the stable link at it
@@ -38,7 +30,7 @@ options:
     description: The stable link to point at I(path); empty leaves links alone.
     type: path
     default: ""
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
@@ -61,6 +53,14 @@ link_target:
   type: str
   returned: when I(link) is given
 """
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils import safe_write
+from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe, read_verified
 
 
 def check(path: str, sha256: Mapping[str, str], verified_file: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ options:
     type: list
     elements: raw
     required: true
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""

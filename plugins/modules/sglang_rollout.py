@@ -3,20 +3,6 @@
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-import subprocess
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
-
-from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, journal_tail, wait
-
 DOCUMENTATION = r"""
 module: sglang_rollout
 short_description: Restarts SGLang instances in batches, verifies each, and rolls a failed one back
@@ -72,6 +58,28 @@ options:
     type: list
     elements: dict
     default: []
+    suboptions:
+      host:
+        description: The gateway's inventory host.
+        type: str
+        default: ""
+      url:
+        description: The gateway's URL, as this host reaches it.
+        type: str
+        required: true
+      admin_key:
+        description: The gateway's admin key (its C(/workers) registry); never logged.
+        type: str
+        default: ""
+      keys_file:
+        description: The gateway's keys file when it runs on this host, else empty.
+        type: str
+        default: ""
+      worker_url:
+        description: Which of an instance's URLs the gateway knows the worker by.
+        type: str
+        default: url
+        choices: [url, remote_url]
   drain_timeout:
     description: Seconds to wait, after taking an instance out of the router, for its running requests to finish.
     type: float
@@ -100,12 +108,12 @@ options:
     description: The servers' API key, which the router's workers expect (never logged).
     type: str
     default: ""
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
 - name: Roll the changed instances
-  sglang_rollout:
+  sglang.fleet.sglang_rollout:
     instances: "{{ changed_instances }}"
     router_url: http://127.0.0.1:30100
 """
@@ -121,6 +129,19 @@ restarted:
   type: dict
 """
 
+import functools
+import json
+import os
+import subprocess
+import time
+import urllib.error
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, journal_tail, wait
+
 ACCEPT_LENGTH_WAIT = 15.0
 
 
@@ -131,7 +152,7 @@ class RolloutError(Exception):
 def running_requests(url: str) -> float | None:
     """Requests the server is working on, from its Prometheus metrics (None without --enable-metrics)."""
     try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/metrics", timeout=10) as response:
+        with listeners.open_url(f"{url.rstrip('/')}/metrics", (), 10) as response:
             text = response.read().decode()
     except (urllib.error.URLError, OSError):
         return None
@@ -290,7 +311,9 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
             untouched = [instance["name"] for instance in instances[start + size :]]
             # Their processes still run the last verified files: put those back on disk too, so a crash does not
             # restart them into an unverified configuration. The next deploy writes and rolls them again.
-            if any([restore(instance) for instance in instances[start + size :]]):
+            # Every one of them restored (a list, not any()'s short cut), then one reload if any file changed.
+            restored = [restore(instance) for instance in instances[start + size :]]
+            if any(restored):
                 host.systemctl("daemon-reload")
             return {
                 "restarted": done,
@@ -463,7 +486,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "drain_timeout": {"type": "float", "default": 60.0},
     "timeout": {"type": "int", "default": 900},
     "interval": {"type": "float", "default": 2.0},
-    "probe_tokens": {"type": "int", "default": 256},
+    "probe_tokens": {"type": "int", "default": 256, "no_log": False},  # a count of tokens, no secret
     "min_accept_length": {"type": "float", "default": 1.0},
     "journal_lines": {"type": "int", "default": 40},
     "api_key": {"type": "str", "default": "", "no_log": True},

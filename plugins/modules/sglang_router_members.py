@@ -3,13 +3,6 @@
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
-
 DOCUMENTATION = r"""
 module: sglang_router_members
 short_description: Reconciles sglang-router's workers with the planned ones
@@ -66,12 +59,12 @@ options:
     description: Seconds to wait for each registration to show as healthy.
     type: int
     default: 120
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
 - name: Reconcile the router's workers with the plan
-  sglang_router_members:
+  sglang.fleet.sglang_router_members:
     router_url: http://127.0.0.1:30100
     workers: "{{ sglang_instances | map(attribute='url') | list }}"
     api_key: "{{ sglang_router_admin_key | default(sglang_api_key) }}"
@@ -97,15 +90,20 @@ skipped:
   type: list
 """
 
+import urllib.error
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
+
 
 def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) -> str | None:
     """None when the worker answers 200 on `path`, else why not."""
-    request = urllib.request.Request(url.rstrip("/") + path, method="GET")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         # The workers' key goes only to the instance itself (a squatter on its port while it loads gets nothing).
-        with listeners.urlopen(request, {listeners.instance_unit(url)} if api_key else (), timeout) as response:
+        units = {listeners.instance_unit(url)} if api_key else ()
+        with listeners.open_url(url.rstrip("/") + path, units, timeout, headers=headers) as response:
             status = int(response.status)
     except urllib.error.HTTPError as error:
         status = int(error.code)

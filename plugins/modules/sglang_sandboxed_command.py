@@ -3,13 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-from collections.abc import Callable
-from typing import Any
-
-from ansible_collections.sglang.fleet.plugins.module_utils import sandboxed
-
 DOCUMENTATION = r"""
 module: sglang_sandboxed_command
 short_description: Runs a command under a unit's account, sandbox and environment, never as root
@@ -47,7 +40,20 @@ options:
     description: Seconds to wait for the command.
     type: int
     default: 300
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
+"""
+
+EXAMPLES = r"""
+- name: Check the servers' arguments with SGLang's own parser, as the servers' account in their sandbox
+  sglang.fleet.sglang_sandboxed_command:
+    name: parse-check
+    argv: ["/opt/sglang/sglang-0.5.23/bin/python", "/opt/sglang/sglang-0.5.23/check_args.py"]
+    stdin: "{{ arguments | to_json }}"
+    properties: "{{ sglang_instances | sglang.fleet.sglang_server_host_properties(sglang_service.sandbox) }}"
+    environment: "{{ sglang_service.environment }}"
+  register: parsed
+  check_mode: false
+  no_log: true
 """
 
 RETURN = r"""
@@ -68,6 +74,13 @@ cmd:
   returned: always
   type: list
 """
+
+import os
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils import sandboxed
 
 
 def run(

@@ -3,14 +3,6 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
-import time
-from typing import Any
-
-from ansible_collections.sglang.fleet.plugins.module_utils import systemd
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, http_status
-
 DOCUMENTATION = r"""
 module: sglang_status
 short_description: Reports each SGLang instance's and router's health, settings, uptime, restarts and unit sandboxing
@@ -37,12 +29,12 @@ options:
     description: The servers' API key.
     type: str
     default: ""
-author: sglang-fleet
+author: sglang-fleet maintainers (@sglang-fleet)
 """
 
 EXAMPLES = r"""
 - name: Read the instances' status
-  sglang_status:
+  sglang.fleet.sglang_status:
     instances: "{{ sglang_instances }}"
 """
 
@@ -58,6 +50,14 @@ routers:
   returned: always
   type: list
 """
+
+import re
+import subprocess
+import time
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils import systemd
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, http_status
 
 PROPERTIES = ("ActiveState", "NRestarts", "ActiveEnterTimestamp")
 

@@ -7,7 +7,7 @@ A model source is data, one of:
   ignore_patterns}.
 
 The patterns (optional) select files as huggingface_hub's `filter_repo_objects` does (fnmatch, `dir/` = `dir/*`).
-The lock file (YAML in the inventory, written by playbooks/model-lock.yml) records every selected file's size and
+The lock file (YAML in the inventory, written by playbooks/model_lock.yml) records every selected file's size and
 SHA-256 under the source's key. `fetch` brings exactly those files into a content-addressed cache on the control node,
 checks each against the lock, and lays out a snapshot directory of relative symlinks that the deploy distributes.
 
@@ -36,7 +36,7 @@ from ansible_collections.sglang.fleet.plugins.plugin_utils import safe_yaml
 if TYPE_CHECKING:
     from huggingface_hub.hf_api import RepoFile
 
-LOCK_PLAYBOOK = "playbooks/model-lock.yml"
+LOCK_PLAYBOOK = "playbooks/model_lock.yml"
 LOCK_HEADER = f"""\
 # Model weights pinned by content. Written by {LOCK_PLAYBOOK}; every deploy checks the files it fetches against it.
 # Each key is a model source: <org>/<name>@<commit> for a Hub repository, <name>@<label> for a directory on the
@@ -68,7 +68,7 @@ def validated_arguments(action: Any, spec: dict[str, Any]) -> dict[str, Any]:
     from ansible.errors import AnsibleActionFail
 
     try:
-        _, args = action.validate_argument_spec(argument_spec=spec)
+        _validated, args = action.validate_argument_spec(argument_spec=spec)
     except AnsibleActionFail as error:
         raise AnsibleActionFail(error.message) from None
     return dict(args)

@@ -88,7 +88,7 @@ def main() -> None:
                 return {"sglang_model_path": "", "sglang_model": source, "sglang_model_endpoint": proxy.endpoint,
                         "sglang_model_cache_dir": str(base / cache)}  # fmt: skip
 
-            checked(run_playbook("playbooks/model-lock.yml", inventory=inventory, extravars=settings("lock")))
+            checked(run_playbook("playbooks/model_lock.yml", inventory=inventory, extravars=settings("lock")))
             fetched: dict[str, Measured] = {}
             reported: dict[str, int] = {}
             for hosts, limit in (("1 host (ct129)", "ct129"), ("2 hosts", None)):

@@ -46,7 +46,7 @@ def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_an
     b200_before = listing("b200", root)
     try:
         for commit in (first, second):
-            locked = run_playbook("playbooks/model-lock.yml", inventory=inventory, extravars=settings(commit))
+            locked = run_playbook("playbooks/model_lock.yml", inventory=inventory, extravars=settings(commit))
             assert locked.rc == 0, locked.failure_messages()
         lock = yaml.safe_load(lock_file.read_text())["models"]
         files = lock[f"{mirror.repo}@{first}"]["files"]

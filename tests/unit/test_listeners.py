@@ -35,7 +35,8 @@ class Handler(BaseHTTPRequestHandler):
         seen.write(json.dumps({"path": self.path, "authorization": self.headers.get("Authorization")}) + "\\n")
         seen.flush()
         body = b'{"workers": [], "version": "0.5.23"}'
-        self.send_response(200 if self.path != "/workers" or self.command == "GET" else 202)
+        status = 200 if self.path != "/workers" or self.command == "GET" else 202
+        self.send_response(404 if self.path.startswith("/missing") else status)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -142,6 +143,29 @@ def test_the_expected_unit_s_listener_gets_the_key(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(listeners, "unit_of", lambda pid, proc="/proc": router if pid == squatter.pid else real(pid))
     assert sglang_router_client.list_workers(squatter.url, api_key=KEY) == []
     assert squatter.headers() == [f"Bearer {KEY}"]
+
+
+def test_a_verified_request_goes_straight_to_its_listener_and_fails_as_open_url_does(
+    monkeypatch: pytest.MonkeyPatch, squatter: Squatter
+) -> None:
+    """A request with a key never goes through a proxy the environment names (the connection checked is the one to
+    the listener); an HTTP error status raises urllib.error.HTTPError, as Ansible's open_url (the unverified path)."""
+    import urllib.error
+
+    real = listeners.unit_of
+    unit = f"sglang-{squatter.port}.service"
+    monkeypatch.setattr(listeners, "unit_of", lambda pid, proc="/proc": unit if pid == squatter.pid else real(pid))
+    dead = free_port()
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{dead}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert http_json(f"{squatter.url}/server_info", api_key=KEY) == {"workers": [], "version": "0.5.23"}
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        listeners.open_url(f"{squatter.url}/missing?x=1", {unit}, 10, headers={"Authorization": f"Bearer {KEY}"})
+    assert raised.value.code == 404 and json.loads(raised.value.read()) == {"workers": [], "version": "0.5.23"}
+    assert squatter.headers() == [f"Bearer {KEY}", f"Bearer {KEY}"]
+    assert [json.loads(line)["path"] for line in squatter.log.read_text().splitlines()] == ["/server_info", "/missing?x=1"]
 
 
 def test_nothing_listening_finds_no_answer() -> None:

@@ -111,7 +111,7 @@ def test_names_derived_from_the_source() -> None:
     assert sglang_model_name({}) == ""
     [line] = sglang_model_problems("ct129", {"config.json": "SHA-256 differs"}, SOURCE)
     assert line.startswith('ct129 host: sglang_model={"repo": "Qwen/Qwen3.6-27B"') and "config.json: SHA-256 differs" in line
-    assert "playbooks/model-lock.yml" in line
+    assert "playbooks/model_lock.yml" in line
     [room] = sglang_model_problems("ct129", {"cache": "3 file(s) to fetch need 50.0 GiB in /c and ..."}, SOURCE)
     assert room.endswith(": cache: 3 file(s) to fetch need 50.0 GiB in /c and ...; fix: free space there, or set "
                          "sglang_model_cache_dir to a filesystem with room for the model")  # fmt: skip

@@ -75,11 +75,11 @@ def test_keys_and_slugs() -> None:
         ({"src": "/srv/m", "name": "m", "revision": "r1", "ignore_patterns": "*.md"}, []),
         (
             {"repo": "Qwen/Qwen3.6-27B", "revision": "main"},
-            ["revision 'main' is not a commit: pin the commit (playbooks/model-lock.yml records it)"],
+            ["revision 'main' is not a commit: pin the commit (playbooks/model_lock.yml records it)"],
         ),
         (
             {"repo": "Qwen/Qwen3.6-27B"},
-            ["revision is missing: pin the commit (playbooks/model-lock.yml records it)"],
+            ["revision is missing: pin the commit (playbooks/model_lock.yml records it)"],
         ),
         (
             {"repo": "Qwen/Qwen3.6-27B", "revision": COMMIT, "branch": "main"},
@@ -130,7 +130,7 @@ def test_the_lock_entry_is_written_stable_and_beside_the_others(tmp_path: Path, 
     text = lock.read_text()
     assert not ms.write_lock(str(lock), ms.source_key(local_source), dict(reversed(list(files.items())))), "same files"
     assert lock.read_text() == text
-    assert text.startswith("# ") and "playbooks/model-lock.yml" in text.splitlines()[0]
+    assert text.startswith("# ") and "playbooks/model_lock.yml" in text.splitlines()[0]
     assert f"      config.json: {{size: {len(LOCAL_FILES['config.json'])}, sha256: {sha256(LOCAL_FILES['config.json'])}}}" in text
     assert list(ms.read_lock(str(lock))) == ["Tiny-Model@2026-11-30", "other@1"]
     assert yaml.safe_load(text)["models"]["Tiny-Model@2026-11-30"]["files"] == files
@@ -251,7 +251,7 @@ def test_a_source_file_changed_after_locking_is_a_problem_naming_it(
     assert problem.startswith("tokenizer.json: 19 bytes with SHA-256 ")
     assert sha256(b'{"version": "2.0"}\n') in problem and files["tokenizer.json"]["sha256"] in problem
     assert problem.endswith(
-        "the source's file differs from the lock file: update the lock (playbooks/model-lock.yml) if the change is intended"
+        "the source's file differs from the lock file: update the lock (playbooks/model_lock.yml) if the change is intended"
     )
     assert result.problems["README.md"].startswith("README.md: not fetched: FileNotFoundError: [Errno 2]")
     snapshot = Path(result.snapshot)

@@ -359,7 +359,7 @@ def test_a_fetched_model_names_sglang_model_and_its_allow_patterns(plan: Plan, m
     assert f"from the tokenizer directory {PATH} (the model directory" in line
     assert (
         "fix: preprocessor_config.json: where the repository has it, select it in sglang_model (allow_patterns) and write "
-        "the lock again (playbooks/model-lock.yml), or point" in line
+        "the lock again (playbooks/model_lock.yml), or point" in line
     )
     # The host's reading of a tokenizer directory is kept beside the control node's copy.
     args = {"dtype": "bfloat16", "trust-remote-code": True, "tokenizer-path": TOKENIZER}

@@ -124,7 +124,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def _endpoint(name: tuple[str, int]) -> tuple[str, int]:
-    address = ipaddress.ip_address(str(name[0]).split("%")[0])
+    address = ipaddress.ip_address(str(name[0]).split("%", maxsplit=1)[0])
     mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
     return str(mapped or address), int(name[1])
 

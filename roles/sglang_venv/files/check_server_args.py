@@ -28,7 +28,7 @@ from typing import Any
 
 def entry_point(name: str) -> Callable[..., Any]:
     """MODULE:FUNCTION, imported."""
-    module, _, function = name.partition(":")
+    module, _colon, function = name.partition(":")
     found: Callable[..., Any] = getattr(importlib.import_module(module), function)
     return found
 

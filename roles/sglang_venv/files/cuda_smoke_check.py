@@ -71,7 +71,7 @@ def all_reduce(world: int) -> str | None:
     expected = world * (world + 1) / 2
     problems = []
     try:
-        for _ in range(world):
+        for _rank in range(world):
             rank, value, error = results.get(timeout=ALL_REDUCE_TIMEOUT)
             if error or value != expected:
                 problems.append(f"rank {rank}: {error or f'sum {value}, expected {expected}'}")
