@@ -107,14 +107,19 @@ def timed(action: Any) -> tuple[float, Run]:
     return time.monotonic() - start, run
 
 
-def noop_redeploy(runs: int = 3) -> tuple[list[float], list[float]]:
-    """Seconds of each no-op redeploy of both hosts (each must change nothing) and of each `ansible -m setup` on them."""
+def noop_redeploy(runs: int = 3) -> tuple[int, list[float], list[float]]:
+    """A settling deploy of both hosts (the steps before leave b200 after a failed rollout, and ct129 as another tree
+    may have deployed it): its changed count; then the seconds of each no-op redeploy (each must change nothing) and
+    of each `ansible -m setup` on the same hosts."""
+    settling = run_playbook("deploy.yml")
+    if settling.rc != 0:
+        raise RuntimeError(f"the settling deploy failed: {settling.failure_messages()}")
     deploys = [timed(lambda: run_playbook("deploy.yml")) for _ in range(runs)]
     for seconds, run in deploys:
         if run.rc != 0 or run.changed_count() != 0:
             raise RuntimeError(f"a no-op redeploy changed {run.changed_count()} (rc {run.rc}, {seconds:.1f} s)")
     setups = [timed(lambda: run_module("setup"))[0] for _ in range(runs)]
-    return [seconds for seconds, _ in deploys], setups
+    return settling.changed_count(), [seconds for seconds, _ in deploys], setups
 
 
 def out_of_rotation(roll: dict[str, Any]) -> int:
@@ -136,7 +141,7 @@ def main() -> int:
     first = rolling_restart_under_load({"SGLANG_SIM_TOKEN_SECONDS": "0.002"})
     back = rolling_restart_under_load({})
     crash = [crash_to_failure() for _ in range(3)]
-    redeploys, setups = noop_redeploy()
+    settled, redeploys, setups = noop_redeploy()
     fleet = rolling_restart_through_the_gateway()
     noticing = first["noticing"] + back["noticing"]
     workers = first["instances"]
@@ -156,7 +161,8 @@ def main() -> int:
         f"{out_of_rotation(fleet)} worker(s) out of rotation at most"
     )
     print(
-        f"  no-op redeploy (2 hosts, changed=0 in each run) {figures(redeploys)}; "
+        f"  no-op redeploy (2 hosts, changed=0 in each run; the settling deploy before changed {settled}) "
+        f"{figures(redeploys)}; "
         f"ansible -m setup on the same hosts {figures(setups)}; "
         f"ratio of medians {statistics.median(redeploys) / statistics.median(setups):.1f}x"
     )
