@@ -320,12 +320,41 @@ def sglang_router_request(processes: Sequence[Mapping[str, Any]], settings: Mapp
     }
 
 
+# smg 1.13.0's flags that take a key (smg/router_args.py); argparse also takes any unambiguous prefix of them.
+SECRET_ROUTER_FLAGS = ("api-key", "tenant-api-key", "control-plane-api-keys", "client-key-path", "tls-key-path")
+SECRET_WORDS = ("key", "secret", "password", "passwd", "token")
+
+
+def sglang_router_secret_args(host: str, extra_args: Mapping[str, Any]) -> list[str]:
+    """A problem per `sglang_router_extra_args` entry that may carry a secret: a name with a key's word in it (a file's
+    path, `*-path`, aside) or a prefix of one of smg's key flags. Its value would be written into the router's unit,
+    which every local user may read (0644, and /proc/PID/cmdline), and shown by --diff: never printed here either."""
+    problems = []
+    for name in extra_args:
+        flag = str(name).lstrip("-").lower().replace("_", "-")
+        wordy = any(word in flag for word in SECRET_WORDS) and not flag.endswith("-path")
+        prefix = len(flag) >= 3 and any(secret.startswith(flag) for secret in SECRET_ROUTER_FLAGS if not secret.endswith("-path"))
+        if wordy or prefix:
+            problems.append(
+                problem_line(
+                    host,
+                    "router",
+                    f"sglang_router_extra_args.{name}",
+                    "<hidden>",
+                    "a key in the router's flags would be written into its world-readable unit and command line",
+                    "leave it out: sglang_api_key (from ansible-vault) reaches the router through its root-only keys file",
+                )
+            )
+    return problems
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "sglang_router_flags": sglang_router_flags,
+            "sglang_router_secret_args": sglang_router_secret_args,
             "sglang_router_mode_args": sglang_router_mode_args,
             "sglang_router_problems": sglang_router_problems,
             "sglang_gateway_members": sglang_gateway_members,

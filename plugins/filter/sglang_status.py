@@ -30,7 +30,11 @@ def tunnel_hint(host: str, url: str, connection: str) -> str:
     """How to reach a loopback URL on `host` from the control node."""
     port = port_of(url)
     if connection.endswith("docker"):  # a sandbox host: a container without curl
-        script = f"import urllib.request as u; print(u.urlopen('{url}/v1/models').read().decode())"
+        address = url.split("://", 1)[-1].rsplit(":", 1)[0]
+        script = (
+            f"import http.client as h; c = h.HTTPConnection('{address}', {port}); c.request('GET', '/v1/models'); "
+            "print(c.getresponse().read().decode())"
+        )
         return f'docker exec {host} python3 -c "{script}"'
     return f"ssh -N -L {port}:127.0.0.1:{port} {host}, then {url}/v1/models from here"
 

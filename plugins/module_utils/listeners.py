@@ -143,10 +143,18 @@ def is_local(host: str) -> bool:
     return any(_bindable(address) for address in addresses)
 
 
-def _bindable(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether `address` is this host's: loopback, unspecified, or one it can bind a socket to."""
+def _bindable(address: ipaddress.IPv4Address | ipaddress.IPv6Address, proc: str = "/proc") -> bool:
+    """Whether `address` is this host's: loopback, unspecified, or one it can bind a socket to. An IPv6 link-local
+    address binds only with its interface's scope id, which a URL may not carry: it is this host's when one of its
+    interfaces has it (/proc/net/if_inet6)."""
     if address.is_loopback or address.is_unspecified:
         return True
+    if address.version == 6 and address.is_link_local:
+        try:
+            with open(f"{proc}/net/if_inet6", encoding="ascii") as table:
+                return any(line.split()[0] == address.exploded.replace(":", "") for line in table if line.strip())
+        except OSError:
+            return True  # cannot tell: checked as this host's, so a key never goes unchecked
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         try:
@@ -265,7 +273,7 @@ def open_url(
 def instance_unit(url: str) -> str:
     """The unit of the instance serving `url` (its port names it: sglang-<port>.service, module_utils/instances)."""
     parts = urlsplit(url)
-    return f"sglang-{parts.port or 80}.service"
+    return f"sglang-{parts.port or (443 if parts.scheme == 'https' else 80)}.service"
 
 
 # The router's and the fleet gateway's units (role sglang_router).

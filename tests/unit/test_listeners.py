@@ -7,6 +7,7 @@ Authorization header; it must receive none, and the operation fails naming the p
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
@@ -234,3 +235,20 @@ def test_only_a_system_service_s_own_cgroup_names_a_unit(tmp_path: Path, cgroup:
     (tmp_path / "42").mkdir()
     (tmp_path / "42" / "cgroup").write_text(cgroup + "\n")
     assert listeners.unit_of(42, str(tmp_path)) == unit
+
+
+def test_an_ipv6_link_local_address_of_this_host_is_local(tmp_path: Path) -> None:
+    """A link-local address binds only with its interface's scope id, which a URL may not carry: the previous check
+    found it not this host's and sent a key to any process listening there, unchecked."""
+    (tmp_path / "net").mkdir()
+    (tmp_path / "net" / "if_inet6").write_text(
+        "fe8000000000000000fc00fffe000001 02 40 20 80     eth0\n00000000000000000000000000000001 01 80 10 80       lo\n"
+    )
+    assert listeners._bindable(ipaddress.ip_address("fe80::fc:ff:fe00:1"), str(tmp_path))
+    assert not listeners._bindable(ipaddress.ip_address("fe80::fc:ff:fe00:2"), str(tmp_path)), "another host's"
+    assert listeners._bindable(ipaddress.ip_address("fe80::fc:ff:fe00:2"), str(tmp_path / "missing")), "unknown: checked"
+
+
+def test_an_https_url_without_a_port_names_port_443_s_instance() -> None:
+    assert listeners.instance_unit("https://10.0.0.5/v1/models") == "sglang-443.service"
+    assert listeners.instance_unit("http://10.0.0.5/v1/models") == "sglang-80.service"

@@ -49,5 +49,8 @@ def test_a_sandbox_host_on_loopback_is_reached_with_docker_exec() -> None:
     hostvars = {"ct129": {"ansible_connection": "community.docker.docker", "_sglang_server_status": status}}
     lines = sglang_status_table(["ct129"], hostvars)
     assert lines[1].endswith("http://127.0.0.1:30000 (on ct129 only)")
-    script = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:30000/v1/models').read().decode())"
+    script = (
+        "import http.client as h; c = h.HTTPConnection('127.0.0.1', 30000); c.request('GET', '/v1/models'); "
+        "print(c.getresponse().read().decode())"
+    )
     assert f'docker exec ct129 python3 -c "{script}"' in lines[2]
