@@ -27,13 +27,10 @@ SANDBOX_HOSTS = ("ct129", "b200")
 STANDIN_PYTHON = "/opt/sglang-simulator-standin/bin/python"
 
 
-
 def fresh_python(script: str, *args: str, options: tuple[str, ...] = ()) -> Any:
     """What `script` prints as JSON, run with `args` in a fresh interpreter (a run's own process) with Python's
     `options`, from the checkout's root; it must exit 0."""
-    run = subprocess.run(
-        [sys.executable, *options, "-c", script, *args], capture_output=True, text=True, check=False, cwd=ROOT
-    )
+    run = subprocess.run([sys.executable, *options, "-c", script, *args], capture_output=True, text=True, check=False, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout)
 
@@ -48,6 +45,7 @@ def local_play(play: Path, environment: dict[str, str] | None = None) -> subproc
         env={**os.environ, "ANSIBLE_CONFIG": str(play.parent / "none.cfg"),
              "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"), **(environment or {})},
     )  # fmt: skip
+
 
 @dataclass
 class Run:
@@ -151,6 +149,27 @@ def on_host(host: str, *command: str) -> str:
     return subprocess.run(["docker", "exec", host, *command], capture_output=True, text=True, check=True).stdout
 
 
+# Where on_host_with_router_client copies the collection's module_utils on a sandbox host.
+CLIENT_PATH = "/tmp/sglang-fleet-router-client"
+
+
+def on_host_with_router_client(host: str, code: str) -> str:
+    """Runs `code` inside a sandbox host after `from <the collection's sglang_router_client> import *`, with the
+    module_utils it imports (listeners, safe_write) beside it, as a module's payload carries them; returns its stdout.
+    Its keyed requests go through the same key-holder check as the modules' (run as root, which can read /proc)."""
+    package = f"{CLIENT_PATH}/ansible_collections/sglang/fleet/plugins"
+    on_host(host, "rm", "-rf", CLIENT_PATH)
+    on_host(host, "mkdir", "-p", package)
+    subprocess.run(["docker", "cp", str(ROOT / "plugins/module_utils"), f"{host}:{package}/module_utils"], check=True)
+    script = "from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import *\n" + code
+    return subprocess.run(
+        ["docker", "exec", "-e", f"PYTHONPATH={CLIENT_PATH}", host, "python3", "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
 def unit_starts(host: str) -> dict[str, str]:
     """When each SGLang instance's unit on the host last entered 'active' (changes on every restart)."""
     units = on_host(host, "systemctl", "list-units", "--plain", "--no-legend", "--all", "sglang-*.service").split()
@@ -202,9 +221,8 @@ def router_key() -> str:
 
 def router_worker_urls(healthy: bool = False) -> list[str]:
     """The workers b200's router lists (only those it lists as healthy, with `healthy`), asked on the host."""
-    client = (ROOT / "plugins/module_utils/sglang_router_client.py").read_text()
     listing = f"\nimport json\nprint(json.dumps(list_workers('http://127.0.0.1:30100', api_key={router_key()!r})))\n"
-    workers = json.loads(on_host("b200", "python3", "-c", client + listing))
+    workers = json.loads(on_host_with_router_client("b200", listing))
     return sorted(str(w["url"]) for w in workers if w.get("is_healthy") is True or not healthy)
 
 

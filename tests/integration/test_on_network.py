@@ -16,7 +16,17 @@ from typing import Any
 
 import pytest
 import yaml
-from fleet import ROOT, Run, http_status, load_through_router, on_host, overlay_inventory, run_playbook, wait_until
+from fleet import (
+    ROOT,
+    Run,
+    http_status,
+    load_through_router,
+    on_host,
+    on_host_with_router_client,
+    overlay_inventory,
+    run_playbook,
+    wait_until,
+)
 
 VAULT_PASSWORD = "sandbox-vault-password"
 API_KEY = "sk-sandbox-0123456789"
@@ -229,12 +239,11 @@ def test_a_worker_missing_from_the_gateway_comes_back_while_its_converged_host_e
         "ct129": "ct129: 1 instance(s) planned, no problems. Nothing to change",
         "b200": "b200: 7 instance(s) planned, no problems. Nothing to change",
     }
-    client = (ROOT / "plugins/module_utils/sglang_router_client.py").read_text()
     removal = (
         f"\nimport json\nkey = json.load(open({GATEWAY_KEYS!r}))['admin_key']"
         f"\nprint(remove_worker({GATEWAY!r}, 'http://b200:30004', api_key=key))\n"
     )
-    assert on_host("ct129", "python3", "-c", client + removal).strip() == "True"
+    assert on_host_with_router_client("ct129", removal).strip() == "True"
     said = deploy_says()
     assert said["b200"] == "b200: 7 instance(s) planned, no problems. Nothing to change"
     planned = "ct129: 1 instance(s) planned, no problems"

@@ -9,7 +9,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fleet import ROOT, Run, http_status, on_host, overlay_inventory, router_key, router_worker_urls, run_playbook, unit_starts
+from fleet import (
+    Run,
+    http_status,
+    on_host,
+    on_host_with_router_client,
+    overlay_inventory,
+    router_key,
+    router_worker_urls,
+    run_playbook,
+    unit_starts,
+)
 
 ROUTER = "http://127.0.0.1:30100"
 
@@ -83,9 +93,8 @@ def test_router_preflight_refuses_a_port_of_an_instance(sandbox: Run, tmp_path: 
 
 def test_a_worker_left_out_of_the_router_is_put_back_by_the_next_run(sandbox: Run) -> None:
     """As if a run died between taking sglang-30003 out of the router and adding it back: the next run adds it."""
-    client = (ROOT / "plugins/module_utils/sglang_router_client.py").read_text()
     removal = f"\nprint(remove_worker({ROUTER!r}, 'http://127.0.0.1:30003', api_key={router_key()!r}))\n"
-    assert on_host("b200", "python3", "-c", client + removal).strip() == "True"
+    assert on_host_with_router_client("b200", removal).strip() == "True"
     assert "http://127.0.0.1:30003" not in router_worker_urls()
     starts = unit_starts("b200")
     converged = run_playbook("deploy.yml", limit="b200")
