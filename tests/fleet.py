@@ -160,7 +160,11 @@ def on_host_with_router_client(host: str, code: str) -> str:
     package = f"{CLIENT_PATH}/ansible_collections/sglang/fleet/plugins"
     on_host(host, "rm", "-rf", CLIENT_PATH)
     on_host(host, "mkdir", "-p", package)
-    subprocess.run(["docker", "cp", str(ROOT / "plugins/module_utils"), f"{host}:{package}/module_utils"], check=True)
+    # Through tar, not docker cp: /tmp on a test host is systemd's tmpfs, which docker cp does not see.
+    packed = subprocess.run(
+        ["tar", "-C", str(ROOT / "plugins"), "--exclude=__pycache__", "-c", "module_utils"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["docker", "exec", "-i", host, "tar", "-x", "-C", package], input=packed, check=True)
     script = "from ansible_collections.sglang.fleet.plugins.module_utils.sglang_router_client import *\n" + code
     return subprocess.run(
         ["docker", "exec", "-e", f"PYTHONPATH={CLIENT_PATH}", host, "python3", "-c", script],
