@@ -56,7 +56,7 @@ unit: venv ## pytest: instance derivation, templates, modules, simulator
 PYTHON_NEWEST ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12))
 VENV_NEWEST := $(CURDIR)/.venv-newest
 unit-newest: $(VENV_NEWEST)/.installed ## The unit tests and their local plays on the newest ansible-core admitted (2.20)
-	$(VENV_NEWEST)/bin/ansible --version | head -1
+	$(VENV_NEWEST)/bin/python -c 'import ansible.release; print("ansible-core", ansible.release.__version__)'
 	PATH=$(VENV_NEWEST)/bin:$$PATH $(VENV_NEWEST)/bin/python -m pytest -p no:cacheprovider tests/unit tests/simulator tests/contract
 $(VENV_NEWEST)/.installed: requirements/control-newest.txt
 	test -n "$(PYTHON_NEWEST)" || { echo "unit-newest: no Python 3.12 (set PYTHON_NEWEST)"; exit 1; }
