@@ -37,7 +37,6 @@ from urllib.parse import urlsplit
 
 from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write
 
-
 ADDITION_IN_PROGRESS = "WORKER_CREATE_IN_PROGRESS"  # smg's code for a POST /workers of a URL being added
 
 
