@@ -13,7 +13,9 @@ on smg 1.13.0 (tests/recordings/smg-1.13.0; the same API as sglang-router 0.3.2 
   the router polls the worker's ``/health`` (back-off 1, 2, ... 5 s, for up to 0.9 x ``--worker-startup-timeout-secs``)
   and lists the worker, already healthy, once that answers 200 (~1 s after the POST for a running SGLang, whose
   /health takes ~1 s). Posting a URL that is already registered answers 202 and
-  changes nothing.
+  changes nothing. Posting a URL whose addition is still in progress (a router's launcher registering its workers
+  file at start, say) answers 409 ``{"error": "Worker creation already in progress for URL '<url>' with ID <uuid>.
+  Poll GET /workers/<uuid>.", "code": "WORKER_CREATE_IN_PROGRESS"}``: this client waits for that addition instead.
 * ``DELETE /workers/<uuid>`` -> 202; the worker is listed at once as ``"status": "draining"`` (``is_healthy`` false:
   no new requests) and unlisted 5 s later (the gateway's drain settle; recorded 5.04 s). There is no removal by URL
   (400). A DELETE for an addition still in progress answers 202 but does nothing: that addition still registers the
@@ -27,12 +29,15 @@ on smg 1.13.0 (tests/recordings/smg-1.13.0; the same API as sglang-router 0.3.2 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write
+
+ADDITION_IN_PROGRESS = "WORKER_CREATE_IN_PROGRESS"  # smg's code for a POST /workers of a URL being added
 
 
 class RouterError(Exception):
@@ -186,8 +191,14 @@ def add_worker(
     if model_id:
         # The model the worker serves, as clients name it: what the router's multi-model mode routes by.
         payload["model_id"] = model_id
-    body = _expect(*request(router_url, "POST", "/workers", payload, api_key, http_timeout), 202, f"POST /workers ({url})")
-    worker_id = str(body.get("worker_id", "")) if isinstance(body, dict) else ""
+    status, body = request(router_url, "POST", "/workers", payload, api_key, http_timeout)
+    if status == 409 and isinstance(body, dict) and body.get("code") == ADDITION_IN_PROGRESS:
+        # Someone else's addition of this URL (the router's launcher, at start) is under way: wait for it.
+        in_progress = re.search(r"with ID ([0-9a-fA-F-]{36})", str(body.get("error", "")))
+        worker_id = in_progress.group(1) if in_progress else ""
+    else:
+        body = _expect(status, body, 202, f"POST /workers ({url})")
+        worker_id = str(body.get("worker_id", "")) if isinstance(body, dict) else ""
 
     def healthy() -> bool:
         listed = find_worker(router_url, url, api_key, http_timeout)
