@@ -7,13 +7,16 @@ from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
 
-# The CPython versions and the glibc each supported SGLang release publishes wheels for (its wheel tags on the package
-# index: pip download --no-deps --only-binary=:all: --python-version X --platform manylinux_2_Y_x86_64 sglang==V
-# finds cp310-cp313 manylinux_2_34 for 0.5.17, cp311-cp313 manylinux_2_34 for 0.5.23, nothing below glibc 2.34; an
-# older glibc gets an old release's wheel when nothing pins the version).
+# The CPython versions each supported SGLang release's pinned package set installs on, and the glibc its wheels need:
+# the Pythons for which every line of roles/sglang_venv/files/constraints-<version>.txt resolves to a wheel, as the
+# wheelhouse downloads it (pip install --dry-run --no-deps --only-binary=:all: --python-version X --platform
+# manylinux_2_17..2_34_x86_64 -r <the constraints>, 2026-12-05). Narrower than SGLang's own wheels (cp310-cp313 for
+# 0.5.17-0.5.21, cp311-cp313 for 0.5.22 and 0.5.23, all manylinux_2_34, nothing below glibc 2.34; an older glibc gets
+# an old release's wheel when nothing pins the version): on 3.13 outlines-core==0.1.26 has no wheel, on 3.10 26 of
+# 0.5.17's pinned packages (airportsdata, numpy 2.3.5, scipy 1.17.1, pandas 3.1.1, ...) and 24 of 0.5.23's have none.
 WHEEL_TAGS: dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int]]] = {
-    "0.5.17": ((3, 10), (3, 13), (2, 34)),
-    "0.5.23": ((3, 11), (3, 13), (2, 34)),
+    "0.5.17": ((3, 11), (3, 12), (2, 34)),
+    "0.5.23": ((3, 11), (3, 12), (2, 34)),
 }
 NEWEST = max(WHEEL_TAGS, key=lambda release: tuple(int(part) for part in release.split(".")))
 # The gateway package's first release under its own name: smg 1.x (sglang-router stopped at 0.3.2).
@@ -66,7 +69,7 @@ def sglang_venv_problems(
                     "host",
                     "sglang_venv_python",
                     python,
-                    f"Python {shown} has no SGLang {version} wheels ({pythons} only)",
+                    f"Python {shown} cannot install SGLang {version}'s pinned packages (wheels for {pythons} only)",
                     f"install Python {pythons} (e.g. python3.11 from deadsnakes on Ubuntu 22.04) and set sglang_venv_python",
                 )
             )

@@ -7,7 +7,8 @@ import subprocess
 
 from ansible_collections.sglang.fleet.plugins.module_utils.process_calls import answered, started, stop
 
-# The Pythons a venv could be built with: SGLang's wheels exist for 3.11-3.13.
+# The Pythons a venv could be built with: SGLang's wheels exist for 3.11-3.13 (its pinned packages install on 3.11-3.12:
+# plugins/filter/sglang_venv.py WHEEL_TAGS).
 PYTHON_NAMES = ("python3", "python3.11", "python3.12", "python3.13")
 
 

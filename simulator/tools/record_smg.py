@@ -5,9 +5,10 @@
 SMG_EXECUTABLE is the ``smg`` console script of a venv holding the pinned wheel (``pip install
 smg==1.13.0``); the workers are this checkout's simulator (SGLang 0.5.23 mode). Writes
 ``OUT_DIR/answers.json`` (each route's status and body, the worker registry's answers, the drain timelines,
-the paths the gateway asked the workers for) and ``OUT_DIR/metrics.healthy.txt`` / ``metrics.unhealthy.txt``
-(its Prometheus exposition with both workers healthy, and with one stopped). Timings are wall-clock seconds
-on the recording machine: the figures, not a contract.
+the paths the gateway asked the workers for, its answers to a second POST of a URL whose addition is still in
+progress and to GET /workers/{id} of that addition) and ``OUT_DIR/metrics.healthy.txt`` /
+``metrics.unhealthy.txt`` (its Prometheus exposition with both workers healthy, and with one stopped).
+Timings are wall-clock seconds on the recording machine: the figures, not a contract.
 
     python simulator/tools/record_smg.py policy OUT_JSON smg=/tmp/smgvenv/bin/python \
         sglang-router=/tmp/srvenv/bin/python
@@ -119,28 +120,57 @@ def start_workers(started: list[subprocess.Popen[Any]]) -> tuple[Path, list[str]
     uuid = "GPU-5e1a0000-0000-4000-8000-{:012d}"
     listed = [
         {"index": i, "name": "NVIDIA B200", "memory_total_mib": 183359, "uuid": uuid.format(i)}
-        for i in range(2)
+        for i in range(3)
     ]
     gpus.write_text(json.dumps({"driver_version": "580.95.05", "cuda_version": "13.0", "gpus": listed}))
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("SGLANG", "SGL_"))}
-    env.update(PYTHONPATH=str(ROOT / "simulator" / "src"), SGLANG_SIM_GPUS_FILE=str(gpus))
-    env.update(SGLANG_SIM_STATE_DIR=str(work / "state"), SGLANG_SIM_LOAD_SECONDS="0.2")
-    env.update(SGLANG_SIM_WARMUP_SECONDS="0.2", SGLANG_SIM_HEALTH_SECONDS="0", SGLANG_SIM_STOP_SECONDS="0.2")
     ports = [31000, 31001]
+    logs = [start_worker(work, port, index, started) for index, port in enumerate(ports)]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
-    logs = [work / f"worker-{port}.log" for port in ports]
-    for index, port in enumerate(ports):
-        argv = [sys.executable, "-m", "sglang_simulator", "--model-path", str(model),
-                "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
-                "--api-key", CLIENT_KEY]  # fmt: skip
-        log = logs[index].open("w")
-        started.append(
-            subprocess.Popen(argv, env=dict(env, CUDA_VISIBLE_DEVICES=str(index)), stdout=log, stderr=log)
-        )
     for url in urls:
         while call(url + "/health")[0] != 200:
             time.sleep(0.1)
     return work, urls, logs
+
+
+def start_worker(work: Path, port: int, gpu: int, started: list[subprocess.Popen[Any]]) -> Path:
+    """One simulator worker of start_workers' work folder on 127.0.0.1:`port` (GPU `gpu`): its log."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("SGLANG", "SGL_"))}
+    env.update(PYTHONPATH=str(ROOT / "simulator" / "src"), SGLANG_SIM_GPUS_FILE=str(work / "gpus.json"))
+    env.update(SGLANG_SIM_STATE_DIR=str(work / "state"), SGLANG_SIM_LOAD_SECONDS="0.2")
+    env.update(SGLANG_SIM_WARMUP_SECONDS="0.2", SGLANG_SIM_HEALTH_SECONDS="0", SGLANG_SIM_STOP_SECONDS="0.2")
+    argv = [sys.executable, "-m", "sglang_simulator", "--model-path", str(work / "model"),
+            "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port),
+            "--api-key", CLIENT_KEY]  # fmt: skip
+    log = work / f"worker-{port}.log"
+    with log.open("w") as out:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        started.append(subprocess.Popen(argv, env=env, stdout=out, stderr=out))
+    return log
+
+
+def addition_in_progress(gateway: str, work: Path, started: list[subprocess.Popen[Any]]) -> dict[str, Any]:
+    """Two POSTs in a row of a worker URL that does not answer yet (the fleet's launcher registering its
+    workers file while sglang_router_members adds the same URL), GET /workers/{id} while that addition
+    waits, then once the worker has started and been listed healthy."""
+    url = "http://127.0.0.1:31002"
+    body = {"url": url, "model_id": MODEL, "api_key": CLIENT_KEY}
+    first = decoded(call(gateway + "/workers", "POST", body, ADMIN_KEY))
+    second = decoded(call(gateway + "/workers", "POST", body, ADMIN_KEY))
+    worker_id = first.get("body", {}).get("worker_id", "")
+    time.sleep(1)
+    waiting = decoded(call(f"{gateway}/workers/{worker_id}", key=ADMIN_KEY))
+    start = time.monotonic()
+    start_worker(work, 31002, 2, started)
+    listed = timeline(gateway, 60, lambda now: any(s[0] == url and s[2] for s in now))
+    return {
+        "POST /workers (addition in progress)": {"first": first, "second": second},
+        "GET /workers/{id} (addition in progress)": {
+            "while in progress": waiting,
+            "after": decoded(call(f"{gateway}/workers/{worker_id}", key=ADMIN_KEY)),
+        },
+        "addition in progress, after the worker started": listed,
+        "addition in progress, listed healthy after the worker started_s": round(time.monotonic() - start, 2),
+    }
 
 
 def main(smg: str, out: Path, started: list[subprocess.Popen[Any]]) -> None:
@@ -218,6 +248,7 @@ def main(smg: str, out: Path, started: list[subprocess.Popen[Any]]) -> None:
     answers["after a worker stopped"] = timeline(gateway, 20, lambda now: any(not s[2] for s in now))
     answers["GET /readiness (one worker down)"] = decoded(call(gateway + "/readiness"))
     (out / "metrics.unhealthy.txt").write_text(call(metrics_url + "/metrics")[1])
+    answers.update(addition_in_progress(gateway, work, started))
     router.send_signal(signal.SIGTERM)
     stop = time.monotonic()
     answers["stop_returncode"] = router.wait(60)

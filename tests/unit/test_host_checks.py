@@ -22,12 +22,12 @@ def venv(
 
 
 def test_supported_hosts_have_no_problems() -> None:
-    assert venv("3.11") == [] and venv("3.13") == []
+    assert venv("3.11") == [] and venv("3.12") == []
 
 
 def test_python_outside_the_wheels_is_refused_unless_it_will_be_installed() -> None:
     (problem,) = venv("3.10")
-    assert problem.startswith('h host: sglang_venv_python="python3": Python 3.10 has no SGLang 0.5.23 wheels')
+    assert problem.startswith('h host: sglang_venv_python="python3": Python 3.10 cannot install SGLang 0.5.23\'s pinned packages')
     assert venv("3.10", installs=True) == []
     assert "3.14" in venv("3.14")[0]
 
@@ -45,12 +45,15 @@ def test_driver_must_run_cuda_13() -> None:
     assert "unknown method" in cuda_problems("h", "conda", ["apt", "wheels", "none"], None, 580, "13.0")[0]
 
 
-def test_python_is_checked_against_the_chosen_releases_wheels() -> None:
-    """0.5.17 has cp310 wheels, 0.5.22+ need Python 3.11 or newer."""
-    assert venv("3.10", version="0.5.17") == []
-    (problem,) = venv("3.10", version="0.5.23")
-    assert "Python 3.10 has no SGLang 0.5.23 wheels (3.11-3.13 only)" in problem
-    assert "3.10-3.13 only" in venv("3.14", version="0.5.17")[0]
+def test_python_is_checked_against_what_the_chosen_releases_constraints_install_on() -> None:
+    """Each release's pinned package set resolves to wheels on 3.11 and 3.12 only (on 3.10 airportsdata, on 3.13
+    outlines-core have no wheel), though SGLang 0.5.17 itself publishes cp310-cp313 wheels."""
+    for version in ("0.5.17", "0.5.23"):
+        assert venv("3.11", version=version) == [] and venv("3.12", version=version) == []
+        for python in ("3.10", "3.13"):
+            (problem,) = venv(python, version=version)
+            assert f"Python {python} cannot install SGLang {version}'s pinned packages (wheels for 3.11-3.12 only)" in problem
+            assert venv(python, version=version, installs=True) == []
 
 
 def test_the_retired_sglang_router_is_named_with_its_move() -> None:

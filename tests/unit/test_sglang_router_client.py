@@ -8,6 +8,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -267,3 +268,45 @@ def test_a_router_that_does_not_answer_raises_router_error(router: FakeRouter) -
     with pytest.raises(client.RouterError, match="no answer") as error:
         client.list_workers(url, timeout=2)
     assert error.value.status is None
+
+
+# -- smg 1.13.0's answer to a POST of a URL whose addition is in progress, as recorded (simulator/tools/record_smg.py) --
+
+RECORDED = json.loads((Path(__file__).resolve().parents[1] / "recordings" / "smg-1.13.0" / "answers.json").read_text())
+
+
+def _replaying_the_recorded_409(router: FakeRouter) -> tuple[str, str]:
+    """`router` answers POST /workers with the recorded 409 of smg 1.13.0 while the recorded addition (its URL and
+    id) is in progress, as the router's launcher leaves it at start: (that URL, that id)."""
+    recorded = RECORDED["POST /workers (addition in progress)"]["second"]
+    first = RECORDED["POST /workers (addition in progress)"]["first"]["body"]
+    assert recorded["status"] == 409 and recorded["body"]["code"] == "WORKER_CREATE_IN_PROGRESS"
+    url, worker_id = first["url"], first["worker_id"]
+    assert url in recorded["body"]["error"] and worker_id in recorded["body"]["error"]
+    answer = router.answer
+
+    def replay(method: str, path: str, headers: Any, body: bytes) -> tuple[int, Any]:
+        if (method, path) == ("POST", "/workers") and url in router.pending_add:
+            router.calls.append((method, path, json.loads(body)))
+            return recorded["status"], recorded["body"]
+        return answer(method, path, headers, body)
+
+    router.answer = replay  # type: ignore[method-assign]
+    return url, worker_id
+
+
+def test_add_waits_for_the_recorded_addition_in_progress(router: FakeRouter) -> None:
+    url, worker_id = _replaying_the_recorded_409(router)
+    router.pending_add[url] = [worker_id, 4]  # listed healthy at the 4th GET /workers
+    assert client.add_worker(router.url, url, timeout=10, interval=0.01) is True
+    assert client.healthy_worker_urls(router.url) == [url]
+    assert [c for c in router.calls if c[0] == "POST"] == [("POST", "/workers", {"url": url})]
+    assert len([c for c in router.calls if c[:2] == ("GET", "/workers")]) >= 4
+
+
+def test_the_recorded_addition_in_progress_that_never_completes_times_out_naming_its_job(router: FakeRouter) -> None:
+    url, worker_id = _replaying_the_recorded_409(router)
+    router.pending_add[url] = [worker_id, None]
+    with pytest.raises(client.WaitTimeout, match=r"as healthy.*job AddWorker processing"):
+        client.add_worker(router.url, url, timeout=0.3, interval=0.05)
+    assert ("GET", f"/workers/{worker_id}", None) in router.calls
