@@ -10,9 +10,9 @@ on smg 1.13.0 (tests/recordings/smg-1.13.0; the same API as sglang-router 0.3.2 
   Only registered workers are listed; an addition still in progress is not.
 * ``POST /workers`` ``{"url": ...}`` (optional ``"api_key"``: the key the worker expects) -> 202
   ``{"status": "accepted", "worker_id": ..., "location": "/workers/<id>", ...}``. The addition runs in the background:
-  the router polls the worker's ``/health`` (back-off 1, 2, ... 5 s, for up to 0.9 x ``--worker-startup-timeout-secs``)
-  and lists the worker, already healthy, once that answers 200 (~1 s after the POST for a running SGLang, whose
-  /health takes ~1 s). Posting a URL that is already registered answers 202 and
+  the router polls the worker's ``/health`` (for up to 0.9 x ``--worker-startup-timeout-secs``) and lists the worker,
+  already healthy, once that answers 200 (~1 s after the POST for a running SGLang, whose /health takes ~1 s; a
+  worker that refused the first connection is tried again only 30 s later: recorded 29.0 s). Posting a URL that is already registered answers 202 and
   changes nothing. Posting a URL whose addition is still in progress (a router's launcher registering its workers
   file at start, say) answers 409 ``{"error": "Worker creation already in progress for URL '<url>' with ID <uuid>.
   Poll GET /workers/<uuid>.", "code": "WORKER_CREATE_IN_PROGRESS"}``: this client waits for that addition instead.
