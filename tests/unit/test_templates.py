@@ -425,3 +425,15 @@ def test_every_server_text_variable_a_template_renders_is_checked_for_control_ch
     checked = set(task["vars"]["sglang_server_text_variables"])
     assert texts and texts <= checked, texts - checked
     assert "sglang_server_read_write_paths" in task["ansible.builtin.set_fact"]["sglang_server_preflight_problems"]
+
+
+def test_the_api_key_file_is_root_s_and_only_the_servers_group_reads_it() -> None:
+    """The servers' account (whose process may run a model's code) reads its key but can neither replace the file nor
+    widen its mode: root owns it and its folder, the group reads it, nobody else does."""
+    templates = yaml.safe_load((SERVER / "vars/main.yml").read_text())["_sglang_server_instance_templates"]
+    [secret] = [entry for entry in templates if entry["file"] == "secret"]
+    assert (secret["owner"], secret["group"], secret["mode"], secret["private"]) == (
+        "root", "{{ sglang_server_group }}", "0640", True
+    )
+    [folder] = [task for task in yaml.safe_load((SERVER / "tasks/account.yml").read_text()) if "API key" in task["name"]]
+    assert folder["ansible.builtin.file"]["owner"] == "root" and int(folder["ansible.builtin.file"]["mode"], 8) & 0o022 == 0
