@@ -260,3 +260,19 @@ def test_every_entry_point_a_playbook_calls_declares_the_settings_it_reads(role:
     declared = set(spec(role)[entry].get("options") or {})
     declared |= set(spec(role)["preflight"].get("options") or {}) if entry == "checks" else set()
     assert settings_read(role, entry) <= declared, sorted(settings_read(role, entry) - declared)
+
+
+@pytest.mark.parametrize("role", [*ROLES, "sglang_plan", "sglang_model"])
+def test_no_role_runs_another_role_s_tasks(role: str) -> None:
+    """Each role's tasks are its own: what two roles need (the servers' account) is an entry point of one of them that
+    deploy.yml runs as its own step. (The test hosts' role is no deploy role.)"""
+    for file, task in tasks(role):
+        step = next((task[name] for name in ROLE_STEPS if name in task), None)
+        assert step is None or step["name"] in (role, f"sglang.fleet.{role}"), f"{role}/tasks/{file}.yml: {task['name']}"
+
+
+def test_deploy_makes_the_servers_account_before_the_runtime_that_parses_as_it() -> None:
+    order = deploy_order()
+    assert order.count(("sglang_server", "account")) == 1
+    assert order.index(("sglang_server", "account")) < order.index(("sglang_venv", "main")) < order.index(("sglang_server", "main"))
+    assert order.index(("sglang_plan", "gate")) < order.index(("sglang_server", "account"))
