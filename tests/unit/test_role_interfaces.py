@@ -274,5 +274,6 @@ def test_no_role_runs_another_role_s_tasks(role: str) -> None:
 def test_deploy_makes_the_servers_account_before_the_runtime_that_parses_as_it() -> None:
     order = deploy_order()
     assert order.count(("sglang_server", "account")) == 1
-    assert order.index(("sglang_server", "account")) < order.index(("sglang_venv", "main")) < order.index(("sglang_server", "main"))
-    assert order.index(("sglang_plan", "gate")) < order.index(("sglang_server", "account"))
+    account = order.index(("sglang_server", "account"))
+    assert account < order.index(("sglang_venv", "main")) < order.index(("sglang_server", "main"))
+    assert order.index(("sglang_plan", "gate")) < account
