@@ -433,7 +433,36 @@ def test_the_api_key_file_is_root_s_and_only_the_servers_group_reads_it() -> Non
     templates = yaml.safe_load((SERVER / "vars/main.yml").read_text())["_sglang_server_instance_templates"]
     [secret] = [entry for entry in templates if entry["file"] == "secret"]
     assert (secret["owner"], secret["group"], secret["mode"], secret["private"]) == (
-        "root", "{{ sglang_server_group }}", "0640", True
+        "root",
+        "{{ sglang_server_group }}",
+        "0640",
+        True,
     )
     [folder] = [task for task in yaml.safe_load((SERVER / "tasks/account.yml").read_text()) if "API key" in task["name"]]
     assert folder["ansible.builtin.file"]["owner"] == "root" and int(folder["ansible.builtin.file"]["mode"], 8) & 0o022 == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "serving", "metrics"), [("router", "sglang_router", "29000"), ("gateway", "sglang_gateway", "29200")]
+)
+def test_the_metrics_exporter_binds_its_own_address_and_by_default_the_clients_one(kind: str, serving: str, metrics: str) -> None:
+    defaults = yaml.safe_load((ROUTER / "defaults/main.yml").read_text())
+    [process] = [
+        entry
+        for entry in yaml.safe_load((ROUTER / "vars/main.yml").read_text())["_sglang_router_processes"]
+        if entry["kind"] == kind
+    ]
+    environment = NativeEnvironment()
+    environment.filters.update(CoreFilters().filters())
+
+    def argv(**settings: Any) -> list[str]:
+        context = {**defaults, f"{serving}_host": "0.0.0.0", **settings}
+        context[f"{serving}_prometheus_host"] = environment.from_string(str(context[f"{serving}_prometheus_host"])).render(
+            **context
+        )
+        rendered: list[str] = environment.from_string(process["argv"]).render(**context)
+        return rendered
+
+    assert argv()[argv().index("--prometheus-host") :] == ["--prometheus-host", "0.0.0.0", "--prometheus-port", metrics]
+    assert argv(**{f"{serving}_prometheus_host": "10.9.8.7"})[1] == "0.0.0.0", "clients still reach the serving address"
+    assert "10.9.8.7" in argv(**{f"{serving}_prometheus_host": "10.9.8.7"})
