@@ -456,7 +456,7 @@ def test_the_metrics_exporter_binds_its_own_address_and_by_default_the_clients_o
     environment.filters.update(CoreFilters().filters())
 
     def argv(**settings: Any) -> list[str]:
-        context = {**defaults, f"{serving}_host": "0.0.0.0", **settings}
+        context: dict[str, Any] = {**defaults, f"{serving}_host": "0.0.0.0", **settings}
         context[f"{serving}_prometheus_host"] = environment.from_string(str(context[f"{serving}_prometheus_host"])).render(
             **context
         )
