@@ -272,3 +272,31 @@ def test_the_router_launcher_without_its_listeners_check_sends_no_key(squatter: 
     keys = {"api_key": KEY, "admin_key": "admin-" + KEY}
     assert launcher.register(squatter.url, workers, keys, timeout=10, router_pid=squatter.pid) == ["http://127.0.0.1:30000"]
     assert squatter.headers() == [None], "only the keyless /liveness reached it"
+
+
+def test_the_launcher_reads_the_sockets_before_what_its_router_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection waiting in the queue when the launcher looks is accepted a moment later by its router: read in the
+    other order, the accepted socket is missing from what the router holds and the router's own connection was refused
+    (a registration lost under load, 3 of 8 parallel runs here)."""
+    launcher = load_launcher()
+    check = launcher.listeners()  # type: ignore[attr-defined]
+    order: list[str] = []
+    accepted_inode = 4242
+
+    def connection_inode(server: object, client: object, proc: str = "/proc") -> int:
+        order.append("sockets")
+        return accepted_inode
+
+    def socket_owners(proc: str = "/proc", pids: object = None) -> dict[int, int]:
+        order.append("held")
+        return {accepted_inode: 1} if "sockets" in order else {}  # the router accepts it between the two reads
+
+    monkeypatch.setattr(check, "connection_inode", connection_inode)
+    monkeypatch.setattr(check, "socket_owners", socket_owners)
+    monkeypatch.setattr(launcher, "listeners", lambda: check)
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client.connect(server.getsockname())
+        assert launcher.held_by(client, server.getsockname()[1], 1)  # type: ignore[attr-defined]
+    assert order.index("sockets") < order.index("held")

@@ -135,11 +135,13 @@ def held_by(sock: socket.socket, port: int, router_pid: int, proc: str = "/proc"
     on the port is."""
     check = listeners()
     server, client = check.endpoint(sock.getpeername()), check.endpoint(sock.getsockname())
-    held = set(check.socket_owners(proc, [str(router_pid)]))
+    # The sockets first, then what the router holds: a socket it accepts in between is then in both (the other order
+    # misses it and refuses the router's own connection).
     accepted = check.connection_inode(server, client, proc)
+    listening = {inode for found, inode in check.listening_sockets(check.tcp_tables(proc)) if found == port}
+    held = set(check.socket_owners(proc, [str(router_pid)]))
     if accepted:
         return accepted in held
-    listening = {inode for found, inode in check.listening_sockets(check.tcp_tables(proc)) if found == port}
     return bool(listening) and listening <= held
 
 
