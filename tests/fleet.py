@@ -153,6 +153,20 @@ def on_host(host: str, *command: str) -> str:
 CLIENT_PATH = "/tmp/sglang-fleet-router-client"
 
 
+def install_router_launcher(directory: Path) -> Path:
+    """The router's launcher as role sglang_router installs it: with the collection's listeners.py beside it, under the
+    names its vars give them (the launcher carries no copy of that check); the launcher's path."""
+    router_vars = yaml.safe_load((ROOT / "roles/sglang_router/vars/main.yml").read_text())
+    [launcher, listeners] = router_vars["_sglang_router_launcher_files"]
+    assert launcher["dest"] == "{{ _sglang_router_launcher }}" and listeners["dest"] == "{{ _sglang_router_listeners }}"
+    directory.mkdir(parents=True, exist_ok=True)
+    installed = directory / Path(router_vars["_sglang_router_launcher"]).name
+    shutil.copy(ROOT / "roles/sglang_router/files" / launcher["src"], installed)
+    beside = directory / Path(router_vars["_sglang_router_listeners"]).name
+    shutil.copy(ROOT / "plugins/module_utils" / listeners["module_utils"], beside)
+    return installed
+
+
 def on_host_with_router_client(host: str, code: str) -> str:
     """Runs `code` inside a sandbox host after `from <the collection's sglang_router_client> import *`, with the
     module_utils it imports (listeners, safe_write) beside it, as a module's payload carries them; returns its stdout.

@@ -19,14 +19,27 @@ from ansible_collections.sglang.fleet.plugins.module_utils import role_decisions
 OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
 
 
+MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+
+
+def module_utils_file(name: str) -> str:
+    """The path of this collection's module_utils file `name` (a plain file name, nothing else)."""
+    path = os.path.join(MODULE_UTILS, name)
+    if os.path.basename(name) != name or not name.endswith(".py") or not os.path.isfile(path):
+        raise AnsibleActionFail(f"{name}: no such file in the collection's module_utils")
+    return path
+
+
 class ActionModule(ActionBase):  # type: ignore[misc]
     """Arguments: `instances`; `templates`, each {src, file, owner, group, mode, private} (a private file may hold
     secrets: never logged, never in a diff), rendered once per instance to the path its planned `files` give under
     `file` (unit, environment, secret; an instance without that file, e.g. a key file without a key, gets none);
     `files`, each {src, dest, owner, group, mode, template, vars, private}, a file of the role's files/ copied as it
     is (or of templates/, rendered, with `template`, and `vars`, variables of that file alone), or {content, dest,
-    ...} with the content given (`private` as for templates); `loop_var` (the name the templates know the instance
-    by, default sglang_server_instance); `read`, what to read on the host in the same call (the module's option).
+    ...} with the content given (`private` as for templates), or {module_utils, dest, ...}, a file of this collection's
+    module_utils copied as it is (a helper that runs outside Ansible uses the modules' code, not a copy of it);
+    `loop_var` (the name the templates know the instance by, default sglang_server_instance); `read`, what to read on
+    the host in the same call (the module's option).
     Or `requests`: several of those (each with `role_path`, the role whose templates/ and files/ its `src` names), by
     name, all handled in the one call and answered in `answers` under their names (deploy's probe); a request's
     `routers` (the module's option; each `api_key` travels as a private content) are compared there too. A request's
@@ -89,6 +102,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         for single in request.get("files") or []:
             if "content" in single:
                 content = str(single["content"])
+            elif "module_utils" in single:  # one of this collection's module_utils, shipped as it is (standard library only)
+                content = self._loader.get_text_file_contents(module_utils_file(str(single["module_utils"])))
             else:
                 source = self.find("templates" if single.get("template") else "files", single["src"], role_path)
                 content = (

@@ -6,7 +6,8 @@ when the process that accepted the connection (or, while it waits in the queue, 
 to the unit it is meant for. A port is free while its router restarts and while SGLang
 loads its model (it binds its HTTP port after loading): any local account could bind it first and collect the key.
 
-Standard library only (modules on Python >= 3.8). Reading other processes' descriptors needs root (the modules run
+Standard library only (modules on Python >= 3.8); the router's launcher (role sglang_router) runs this file too, installed
+beside it, for the same check of its own router. Reading other processes' descriptors needs root (the modules run
 as root); a process whose descriptors cannot be read holds no socket as far as this says, so it is never the
 expected holder either.
 """
@@ -191,7 +192,7 @@ def _address(text: str) -> tuple[str, int]:
     return str(address.ipv4_mapped or address), int(port, 16)
 
 
-def _endpoint(name: Any) -> tuple[str, int]:
+def endpoint(name: Any) -> tuple[str, int]:
     address = ipaddress.ip_address(str(name[0]).split("%", maxsplit=1)[0])
     mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
     return str(mapped or address), int(name[1])
@@ -213,7 +214,7 @@ def verify_connection(sock: socket.socket, url: str, units: Collection[str], pro
     belongs to one of `units`: the process that accepted it, or, while it waits in the queue of a listening socket,
     every process listening on that port. Checked on the connection itself, before anything is sent on it: a process
     that binds the port before or after the check gets nothing."""
-    server, client = _endpoint(sock.getpeername()), _endpoint(sock.getsockname())
+    server, client = endpoint(sock.getpeername()), endpoint(sock.getsockname())
     if not is_local(server[0]):
         return  # another host's (what protects a key across the network is TLS)
     inode = connection_inode(server, client, proc)

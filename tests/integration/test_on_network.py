@@ -126,7 +126,7 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(keyed: Keyed
         "/etc/sglang-fleet/secrets/router.json",
     )
     assert listing.split("\n")[:2] == [
-        "/etc/sglang-fleet/secrets/sglang-30003.yaml 600 sglang",
+        "/etc/sglang-fleet/secrets/sglang-30003.yaml 640 root",
         "/etc/sglang-fleet/secrets/router.json 600 sglang",
     ]
     assert API_KEY not in on_host("b200", "systemctl", "cat", "sglang-30003.service")

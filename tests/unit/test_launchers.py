@@ -9,16 +9,18 @@ import os
 import selectors
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from fleet import ROOT
+from fleet import ROOT, install_router_launcher
 from simulator.simkit import SRC, Env, free_port, make_model, write_gpus
 
 SERVER_LAUNCHER = ROOT / "roles/sglang_server/files/sglang_launcher.py"
-ROUTER_LAUNCHER = ROOT / "roles/sglang_router/files/sglang_router_launcher.py"
+# The router launcher as the role installs it, its listeners.py beside it.
+ROUTER_LAUNCHER = install_router_launcher(Path(tempfile.mkdtemp(prefix="router-helpers-")))
 KEY = "sk-fleet-client-0123456789"
 ADMIN_KEY = "FleetAdmin0123456789abcdefghijklmnopqrst"
 

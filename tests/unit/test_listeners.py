@@ -23,7 +23,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils import listeners, sgl
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, http_status
 from ansible_collections.sglang.fleet.plugins.modules import sglang_rollout
 from ansible_collections.sglang.fleet.plugins.modules import sglang_router_members as members
-from fleet import ROOT
+from fleet import ROOT, install_router_launcher
 from simulator.simkit import free_port
 
 KEY = "sk-fleet-secret-key-0123456789"
@@ -183,9 +183,12 @@ def test_only_this_host_s_addresses_are_checked() -> None:
 
 
 def load_launcher() -> object:
+    """The launcher as the role installs it, with the collection's listeners.py beside it (tests/fleet.py)."""
     import importlib.util
+    import tempfile
 
-    spec = importlib.util.spec_from_file_location("launcher", ROOT / "roles/sglang_router/files/sglang_router_launcher.py")
+    installed = install_router_launcher(Path(tempfile.mkdtemp(prefix="helpers-")))
+    spec = importlib.util.spec_from_file_location("launcher", installed)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -252,3 +255,48 @@ def test_an_ipv6_link_local_address_of_this_host_is_local(tmp_path: Path) -> Non
 def test_an_https_url_without_a_port_names_port_443_s_instance() -> None:
     assert listeners.instance_unit("https://10.0.0.5/v1/models") == "sglang-443.service"
     assert listeners.instance_unit("http://10.0.0.5/v1/models") == "sglang-80.service"
+
+
+def test_the_router_launcher_without_its_listeners_check_sends_no_key(squatter: Squatter) -> None:
+    """The launcher carries no copy of the check (it runs the collection's listeners.py installed beside it): where that
+    file is missing, it fails closed, even towards its own router."""
+    import importlib.util
+
+    launcher_source = ROOT / "roles/sglang_router/files/sglang_router_launcher.py"
+    assert "/proc/net/tcp" not in launcher_source.read_text(), "the launcher reads /proc only through listeners.py"
+    spec = importlib.util.spec_from_file_location("bare_launcher", launcher_source)  # nothing beside it
+    assert spec and spec.loader
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    workers = [{"url": "http://127.0.0.1:30000", "model_id": "m"}]
+    keys = {"api_key": KEY, "admin_key": "admin-" + KEY}
+    assert launcher.register(squatter.url, workers, keys, timeout=10, router_pid=squatter.pid) == ["http://127.0.0.1:30000"]
+    assert squatter.headers() == [None], "only the keyless /liveness reached it"
+
+
+def test_the_launcher_reads_the_sockets_before_what_its_router_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection waiting in the queue when the launcher looks is accepted a moment later by its router: read in the
+    other order, the accepted socket is missing from what the router holds and the router's own connection was refused
+    (a registration lost under load, 3 of 8 parallel runs here)."""
+    launcher = load_launcher()
+    check = launcher.listeners()  # type: ignore[attr-defined]
+    order: list[str] = []
+    accepted_inode = 4242
+
+    def connection_inode(server: object, client: object, proc: str = "/proc") -> int:
+        order.append("sockets")
+        return accepted_inode
+
+    def socket_owners(proc: str = "/proc", pids: object = None) -> dict[int, int]:
+        order.append("held")
+        return {accepted_inode: 1} if "sockets" in order else {}  # the router accepts it between the two reads
+
+    monkeypatch.setattr(check, "connection_inode", connection_inode)
+    monkeypatch.setattr(check, "socket_owners", socket_owners)
+    monkeypatch.setattr(launcher, "listeners", lambda: check)
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client.connect(server.getsockname())
+        assert launcher.held_by(client, server.getsockname()[1], 1)  # type: ignore[attr-defined]
+    assert order.index("sockets") < order.index("held")

@@ -181,3 +181,28 @@ def test_prometheus_accepts_the_targets_and_the_rules_together(rules_file: Path,
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
     result = promtool("check", "config", "prometheus.yml", cwd=directory)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("router_bind", "gateway_bind", "router_target", "gateway_target"),
+    [
+        (None, None, "10.0.0.5:29000", "10.0.0.5:29200"),
+        ("0.0.0.0", "::", "10.0.0.5:29000", "10.0.0.5:29200"),
+        ("127.0.0.1", "::1", "10.0.0.5:29000", "10.0.0.5:29200"),
+        ("192.168.7.5", "fd00::5", "192.168.7.5:29000", "[fd00::5]:29200"),
+    ],
+)
+def test_an_exporter_on_an_address_of_its_own_is_scraped_there(
+    tmp_path: Path, router_bind: str | None, gateway_bind: str | None, router_target: str, gateway_target: str
+) -> None:
+    """sglang_router_prometheus_host / sglang_gateway_prometheus_host put the metrics (no key) on another address than
+    the clients'; Prometheus scrapes that address, and the host's own where the exporter listens everywhere or on
+    loopback."""
+    host_vars: dict[str, Any] = {"ansible_host": "10.0.0.5", "sglang_instances": [], "sglang_router_enabled": True}
+    host_vars |= {"sglang_router_prometheus_host": router_bind} if router_bind else {}
+    host_vars |= {"sglang_gateway_prometheus_host": gateway_bind} if gateway_bind else {}
+    rendered = render_as_the_playbook(
+        TARGETS_TEMPLATE, tmp_path / "t.json", inventory_hostname="h", hostvars={"h": host_vars}, sglang_gateway_hosts=["h"]
+    )
+    jobs = {target["labels"]["job"]: target["targets"] for target in json.loads(rendered.read_text())}
+    assert jobs == {"sglang-router": [router_target], "sglang-gateway": [gateway_target]}

@@ -221,3 +221,59 @@ def test_ansible_checks_every_role_entry_point_s_arguments_in_every_playbook() -
             for task in [*(play.get("tasks") or []), *(play.get("pre_tasks") or []), *(play.get("roles") or [])]:
                 step = next((task[name] for name in ROLE_STEPS if name in task), task if "role" in task else None)
                 assert step is None or step.get("rolespec_validate", True), f"{path.name}: {task.get('name')}"
+
+
+def entry_points_called() -> set[tuple[str, str]]:
+    """(role, entry point) of every role step of deploy.yml and the playbooks."""
+    called = set()
+    for path in [ROOT / "deploy.yml", *sorted((ROOT / "playbooks").glob("*.yml"))]:
+        for play in yaml.safe_load(path.read_text()) or []:
+            for task in play.get("tasks") or []:
+                step = next((task[name] for name in ROLE_STEPS if name in task), None)
+                if step is not None:
+                    called.add((step["name"], step.get("tasks_from", "main")))
+    return called
+
+
+def settings_read(role: str, entry: str) -> set[str]:
+    """The role's settings (its defaults) an entry point's task file reads, directly or through the role's vars."""
+    names = {name for text in strings(yaml.safe_load((ROOT / "roles" / role / "tasks" / f"{entry}.yml").read_text()))
+             for name in NAME.findall(text)}
+    derived = yaml.safe_load((ROOT / "roles" / role / "vars/main.yml").read_text()) or {}
+    pending = set(names)
+    while pending:
+        name = pending.pop()
+        if name in derived:
+            new = {found for text in strings(derived[name]) for found in NAME.findall(text)} - names
+            names |= new
+            pending |= new
+    defaults = yaml.safe_load((ROOT / "roles" / role / "defaults/main.yml").read_text()) or {}
+    return names & set(defaults)
+
+
+@pytest.mark.parametrize(("role", "entry"), sorted(entry_points_called()))
+def test_every_entry_point_a_playbook_calls_declares_the_settings_it_reads(role: str, entry: str) -> None:
+    """Ansible validates an entry point's arguments only where its meta/argument_specs.yml names it (remove and status
+    had none); there, every setting of the role it reads is declared (and so documented). `checks` runs after its
+    role's preflight in the same play, which validated the settings it reads."""
+    assert entry in spec(role), f"{role}: entry point {entry} has no argument spec"
+    declared = set(spec(role)[entry].get("options") or {})
+    declared |= set(spec(role)["preflight"].get("options") or {}) if entry == "checks" else set()
+    assert settings_read(role, entry) <= declared, sorted(settings_read(role, entry) - declared)
+
+
+@pytest.mark.parametrize("role", [*ROLES, "sglang_plan", "sglang_model"])
+def test_no_role_runs_another_role_s_tasks(role: str) -> None:
+    """Each role's tasks are its own: what two roles need (the servers' account) is an entry point of one of them that
+    deploy.yml runs as its own step. (The test hosts' role is no deploy role.)"""
+    for file, task in tasks(role):
+        step = next((task[name] for name in ROLE_STEPS if name in task), None)
+        assert step is None or step["name"] in (role, f"sglang.fleet.{role}"), f"{role}/tasks/{file}.yml: {task['name']}"
+
+
+def test_deploy_makes_the_servers_account_before_the_runtime_that_parses_as_it() -> None:
+    order = deploy_order()
+    assert order.count(("sglang_server", "account")) == 1
+    account = order.index(("sglang_server", "account"))
+    assert account < order.index(("sglang_venv", "main")) < order.index(("sglang_server", "main"))
+    assert order.index(("sglang_plan", "gate")) < account

@@ -425,3 +425,44 @@ def test_every_server_text_variable_a_template_renders_is_checked_for_control_ch
     checked = set(task["vars"]["sglang_server_text_variables"])
     assert texts and texts <= checked, texts - checked
     assert "sglang_server_read_write_paths" in task["ansible.builtin.set_fact"]["sglang_server_preflight_problems"]
+
+
+def test_the_api_key_file_is_root_s_and_only_the_servers_group_reads_it() -> None:
+    """The servers' account (whose process may run a model's code) reads its key but can neither replace the file nor
+    widen its mode: root owns it and its folder, the group reads it, nobody else does."""
+    templates = yaml.safe_load((SERVER / "vars/main.yml").read_text())["_sglang_server_instance_templates"]
+    [secret] = [entry for entry in templates if entry["file"] == "secret"]
+    assert (secret["owner"], secret["group"], secret["mode"], secret["private"]) == (
+        "root",
+        "{{ sglang_server_group }}",
+        "0640",
+        True,
+    )
+    [folder] = [task for task in yaml.safe_load((SERVER / "tasks/account.yml").read_text()) if "API key" in task["name"]]
+    assert folder["ansible.builtin.file"]["owner"] == "root" and int(folder["ansible.builtin.file"]["mode"], 8) & 0o022 == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "serving", "metrics"), [("router", "sglang_router", "29000"), ("gateway", "sglang_gateway", "29200")]
+)
+def test_the_metrics_exporter_binds_its_own_address_and_by_default_the_clients_one(kind: str, serving: str, metrics: str) -> None:
+    defaults = yaml.safe_load((ROUTER / "defaults/main.yml").read_text())
+    [process] = [
+        entry
+        for entry in yaml.safe_load((ROUTER / "vars/main.yml").read_text())["_sglang_router_processes"]
+        if entry["kind"] == kind
+    ]
+    environment = NativeEnvironment()
+    environment.filters.update(CoreFilters().filters())
+
+    def argv(**settings: Any) -> list[str]:
+        context: dict[str, Any] = {**defaults, f"{serving}_host": "0.0.0.0", **settings}
+        context[f"{serving}_prometheus_host"] = environment.from_string(str(context[f"{serving}_prometheus_host"])).render(
+            **context
+        )
+        rendered: Any = environment.from_string(process["argv"]).render(**context)  # native: the list itself
+        return list(rendered)
+
+    assert argv()[argv().index("--prometheus-host") :] == ["--prometheus-host", "0.0.0.0", "--prometheus-port", metrics]
+    assert argv(**{f"{serving}_prometheus_host": "10.9.8.7"})[1] == "0.0.0.0", "clients still reach the serving address"
+    assert "10.9.8.7" in argv(**{f"{serving}_prometheus_host": "10.9.8.7"})

@@ -24,13 +24,14 @@ file``) either: the rollouts take a worker out through the registry (``DELETE /w
 for a fleet gateway), and discovery registers a worker its manifest lists again at its next reread (recorded: 5.9 s
 after the DELETE with a 3 s interval), while a worker added through the registry is left alone.
 
-Installed by the fleet (role sglang_router) and run with the venv's ``python -I``; standard library only.
+Installed by the fleet (role sglang_router) and run with the venv's ``python -I``; standard library only, and the
+fleet's own key-holder check (module_utils/listeners.py), installed beside it as ``sglang_fleet_listeners.py``.
 """
 
 from __future__ import annotations
 
 import http.client
-import ipaddress
+import importlib.util
 import json
 import os
 import runpy
@@ -39,6 +40,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from types import ModuleType
 
 ENTRY_POINT = "smg.launch_router"
 ADMIN_KEY_PREFIX = "fleet:sglang-fleet:admin:"  # id:name:role:key
@@ -112,62 +114,34 @@ def post_worker(url: str, worker: dict[str, str], keys: dict[str, str], router_p
         connection.close()
 
 
-def _address(text: str) -> tuple[str, int]:
-    """A /proc/net/tcp{,6} address as (IP, port), an IPv4-mapped IPv6 address as its IPv4 (as module_utils/listeners.py
-    reads them for the modules; this standalone helper cannot import it)."""
-    host, port = text.split(":")
-    raw = bytes.fromhex(host)
-    if len(raw) == 4:
-        return str(ipaddress.IPv4Address(raw[::-1])), int(port, 16)
-    address = ipaddress.IPv6Address(b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
-    return str(address.ipv4_mapped or address), int(port, 16)
+# The fleet's key-holder check (plugins/module_utils/listeners.py, what the modules check with), which the role installs
+# beside this file: `python -I` puts neither this folder nor the environment on sys.path, so it is loaded by its path
+# (root's folder, 0755, like this file).
+LISTENERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang_fleet_listeners.py")
 
 
-def _endpoint(name: tuple[str, int]) -> tuple[str, int]:
-    address = ipaddress.ip_address(str(name[0]).split("%", maxsplit=1)[0])
-    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
-    return str(mapped or address), int(name[1])
-
-
-def tcp_rows(proc: str = "/proc") -> list[list[str]]:
-    rows = []
-    for name in ("tcp", "tcp6"):
-        try:
-            with open(f"{proc}/net/{name}", encoding="utf-8") as handle:
-                rows += [line.split() for line in handle.read().splitlines()[1:]]
-        except OSError:
-            continue
-    return [fields for fields in rows if len(fields) > 9]
-
-
-def held_sockets(pid: int, proc: str = "/proc") -> set[int]:
-    """The socket inodes process `pid` holds open."""
-    found = set()
-    try:
-        descriptors = os.listdir(f"{proc}/{pid}/fd")
-    except OSError:
-        return found
-    for descriptor in descriptors:
-        try:
-            target = os.readlink(f"{proc}/{pid}/fd/{descriptor}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            found.add(int(target[len("socket:[") : -1]))
-    return found
+def listeners() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sglang_fleet_listeners", LISTENERS)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {LISTENERS}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def held_by(sock: socket.socket, port: int, router_pid: int, proc: str = "/proc") -> bool:
     """Whether the other end of the connected `sock` is the router (`router_pid`, the launcher's own process, where the
     router runs): the socket that accepted it is the router's, or, while it waits to be accepted, every socket listening
     on the port is."""
-    server, client = _endpoint(sock.getpeername()), _endpoint(sock.getsockname())
-    rows = tcp_rows(proc)
-    held = held_sockets(router_pid, proc)
-    accepted = [int(f[9]) for f in rows if _address(f[1]) == server and _address(f[2]) == client and f[9] != "0"]
+    check = listeners()
+    server, client = check.endpoint(sock.getpeername()), check.endpoint(sock.getsockname())
+    # The sockets first, then what the router holds: a socket it accepts in between is then in both (the other order
+    # misses it and refuses the router's own connection).
+    accepted = check.connection_inode(server, client, proc)
+    listening = {inode for found, inode in check.listening_sockets(check.tcp_tables(proc)) if found == port}
+    held = set(check.socket_owners(proc, [str(router_pid)]))
     if accepted:
-        return accepted[0] in held
-    listening = {int(f[9]) for f in rows if f[3] == "0A" and _address(f[1])[1] == port}
+        return accepted in held
     return bool(listening) and listening <= held
 
 
