@@ -71,26 +71,33 @@ def _shared_key(mount: Mapping[str, Any]) -> str:
 
 
 def sglang_model_fanout(
-    hosts: Sequence[str], hostvars: Mapping[str, Any], seed_hosts: int, reached: str = ""
+    hosts: Sequence[str],
+    hostvars: Mapping[str, Any],
+    seed_hosts: int,
+    active: Sequence[str] | None = None,
+    reached: str = "",
 ) -> dict[str, dict[str, Any]]:
     """Who sends each host its model revision, and in which wave: a tree that doubles the hosts holding it each wave.
 
     Per host of `hosts` (in that order) with a model, from its variables: `sglang_model_source` (its revision, by
     `sha256`; `path`), `sglang_probe`'s model decision (`to_send`: the files it lacks), `_sglang_model_mount` (its
     model root's filesystem: `fstype`, `source`, `target`) and, named by `reached`, the result of its check that it
-    reaches its peer (`reached` empty: not checked yet, every peer counts as reachable).
-    Hosts holding the revision already serve it from the start; without any, the control node sends it to the first
-    `seed_hosts` hosts (wave 0), then each host that holds it sends it to one more host per wave. A host that cannot
-    reach its peer gets it from the control node in the same wave (its own receivers are unchanged). Hosts whose model
-    root is the same network filesystem (NFS, ...) get one copy: the first sends, the others (`shared`) only verify.
+    reaches its peer (`reached` empty: not checked yet, every peer counts as reachable). Of the hosts lacking files,
+    only those in `active` (the hosts still in the play; default all) are sent them; any host holding it sends.
+    Hosts holding the revision already send it from the start; without any, the control node sends it to the first
+    `seed_hosts` hosts (wave 0; 0: to every host, no copies between hosts), then each host that holds it sends it to
+    one more host per wave. A host that cannot reach its peer gets it from the control node in the same wave (its own
+    receivers are unchanged). Hosts whose model root is the same network filesystem (NFS, ...) get one copy: the
+    first receives it, the others (`shared`) only verify it.
     Returns, per host that lacks files: `wave`, `source` ("control" or a peer's inventory name), `source_path` (the
     peer's directory of the revision), `shared` and `fallback` (a peer it could not reach). Hosts with nothing to send
     are left out."""
-    seeds = max(int(seed_hosts), 1)
+    seeds = int(seed_hosts)
+    running = set(hosts if active is None else active)
     groups: dict[str, list[str]] = {}
     for host in hosts:
         source = hostvars[host].get("sglang_model_source") or {}
-        if source.get("sha256"):
+        if source.get("sha256") and (host in running or not _to_send(hostvars[host])):
             groups.setdefault(repr(sorted(source["sha256"].items())), []).append(host)
     plan: dict[str, dict[str, Any]] = {}
     for members in groups.values():
@@ -122,6 +129,9 @@ def _fanout_group(members: Sequence[str], hostvars: Mapping[str, Any], seeds: in
         else:
             receivers.append(host)
     wave = 0
+    if seeds <= 0:  # No copies between hosts: the control node sends every host its files.
+        plan.update({host: {"wave": 0, "source": "control", "shared": False, "fallback": False} for host in receivers})
+        senders, receivers = [], []
     if not senders and receivers:
         for host in receivers[:seeds]:
             plan[host] = {"wave": 0, "source": "control", "shared": False, "fallback": False}

@@ -78,7 +78,7 @@ def test_a_host_that_cannot_reach_its_peer_gets_the_revision_from_the_control_no
     for name, entry in first.items():
         hosts[name]["_check"] = {"skipped": True} if entry["source"] == "control" else {"state": "started"}
     hosts["h02"]["_check"] = {"msg": "Timeout when waiting for h00:22", "elapsed": 3}
-    plan = sglang_model_fanout(list(hosts), hosts, 1, "_check")
+    plan = sglang_model_fanout(list(hosts), hosts, 1, None, "_check")
     assert plan["h02"] == {**first["h02"], "source": "control", "fallback": True, "source_path": ""}
     # The others keep their peers (h03 still copies from h01): the tree's shape does not change.
     assert {name: plan[name] for name in ("h00", "h01", "h03")} == {name: first[name] for name in ("h00", "h01", "h03")}
@@ -110,3 +110,16 @@ def test_each_revision_has_its_own_tree_and_hosts_without_a_model_are_left_out()
     assert plan["x0"]["source"] == "control" and plan["x1"]["source"] == "x0"
     assert control_sends(plan) == 2
     assert "none" not in plan
+
+
+def test_no_seed_hosts_means_the_control_node_sends_every_host_its_files() -> None:
+    hosts = {"old": host(lacks=False), **fleet(3)}
+    plan = sglang_model_fanout(list(hosts), hosts, 0)
+    assert control_sends(plan) == 3 and {entry["wave"] for entry in plan.values()} == {0}
+
+
+def test_a_host_no_longer_in_the_play_is_sent_nothing_but_a_holder_that_ended_its_run_still_sends() -> None:
+    hosts = {"old": host(lacks=False), **fleet(3)}
+    plan = sglang_model_fanout(list(hosts), hosts, 1, ["h00", "h02"])
+    assert set(plan) == {"h00", "h02"}
+    assert plan["h00"]["source"] == "old" and plan["h02"]["source"] == "old"
