@@ -8,7 +8,7 @@
 #             sshd and rsync (copies between hosts), and what a first deploy installs (CUDA's wheels, the simulator's
 #             venv) from one host's deploy: each container shares it instead of downloading and unpacking it again
 #   stop      removes every scale host, their network and the image's helper container
-# Prints each host's memory use (cgroup) after start.
+#   memory    prints each host's memory use (also after start)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -51,11 +51,11 @@ start_containers() {
 }
 
 # The scale image: the test-host image, with sshd (its host keys made at each container's first boot, never shared)
-# and rsync, and scale01 deployed once. Tagged by this script's and the base image's hash.
+# and rsync, and scale01 deployed once. Tagged by the hash of these two functions and of the base image.
 image() {
   local base tag
   base=$("$ROOT/scripts/testhost-image.sh")
-  tag=$REPOSITORY:$( (cat "${BASH_SOURCE[0]}"; docker image inspect --format '{{.Id}}' "$base") | sha256sum | cut -c1-12)
+  tag=$REPOSITORY:$( (declare -f image start_containers; docker image inspect --format '{{.Id}}' "$base") | sha256sum | cut -c1-12)
   if docker image inspect "$tag" >/dev/null 2>&1; then
     echo "$tag"
     return
@@ -76,10 +76,12 @@ image() {
   echo "$tag"
 }
 
+# Each host's memory: the resident memory of every process in its container (the containers share the host's cgroup
+# namespace, where docker stats reads nothing).
 memory() {
   local name
   for name in $(docker ps --filter "label=sglang-fleet=$LABEL" --format '{{.Names}}' | sort); do
-    echo "$name memory $(docker stats --no-stream --format '{{.MemUsage}}' "$name")"
+    echo "$name memory $(docker exec "$name" sh -c "ps -e -o rss= | awk '{s += \$1} END {printf \"%.0f MiB\", s / 1024}'")"
   done
 }
 
