@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror galaxy-dist galaxy-check
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-down sandbox-scale sandbox-scale-down bench-scale sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror galaxy-dist galaxy-check
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -40,6 +40,17 @@ sandbox-prometheus: sandbox-hosts mirror ## The sandbox listening on its network
 sandbox-down: ## Remove the test hosts, the sandbox's Prometheus and their network
 	-docker rm --force --volumes $$(docker ps --all --quiet --filter label=sglang-fleet=sandbox) 2>/dev/null
 	-docker network rm $$(docker network ls --quiet --filter label=sglang-fleet=sandbox) 2>/dev/null
+
+# The scale rehearsal (issue 41): N light test hosts (inventory/scale) beside the sandbox's, never touching it.
+N ?= 12
+sandbox-scale: venv docker ## N light test hosts (N=12 at most; inventory/scale), deployed, and their memory
+	scripts/scale-hosts.sh start $(N)
+
+sandbox-scale-down: ## Remove the scale rehearsal's hosts and their network
+	scripts/scale-hosts.sh stop
+
+bench-scale: venv docker ## For 2, 6 and 12 hosts: no-op deploy, rollouts of a new revision, the model's bytes (control node vs peers)
+	python tests/benchmarks/bench_scale.py
 
 lint: venv ## ansible-lint (production profile), yamllint, ruff, mypy
 	yamllint --strict .

@@ -3,7 +3,7 @@ from and the name clients ask for."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
@@ -43,12 +43,122 @@ def sglang_model_problems(host: str, problems: Mapping[str, str], source: Mappin
     ]
 
 
+# Where a host's model root is on one of these, every host mounting the same export sees one copy.
+SHARED_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "ceph",
+        "fuse.cephfs",
+        "glusterfs",
+        "fuse.glusterfs",
+        "lustre",
+        "beegfs",
+        "gpfs",
+        "fuse.juicefs",
+        "9p",
+        "virtiofs",
+    }
+)
+
+
+def _shared_key(mount: Mapping[str, Any]) -> str:
+    """A network filesystem's identity (type, export, mount point) for a host's model root; empty on a local one."""
+    fstype = str(mount.get("fstype") or "")
+    return f"{fstype} {mount.get('source', '')} {mount.get('target', '')}" if fstype in SHARED_FILESYSTEMS else ""
+
+
+def sglang_model_fanout(
+    hosts: Sequence[str],
+    hostvars: Mapping[str, Any],
+    seed_hosts: int,
+    active: Sequence[str] | None = None,
+    reached: str = "",
+) -> dict[str, dict[str, Any]]:
+    """Who sends each host its model revision, and in which wave: a tree that doubles the hosts holding it each wave.
+
+    Per host of `hosts` (in that order) with a model, from its variables: `sglang_model_source` (its revision, by
+    `sha256`; `path`), `sglang_probe`'s model decision (`to_send`: the files it lacks), `_sglang_model_mount` (its
+    model root's filesystem: `fstype`, `source`, `target`) and, named by `reached`, the result of its check that it
+    reaches its peer (`reached` empty: not checked yet, every peer counts as reachable). Of the hosts lacking files,
+    only those in `active` (the hosts still in the play; default all) are sent them; any host holding it sends.
+    Hosts holding the revision already send it from the start; without any, the control node sends it to the first
+    `seed_hosts` hosts (wave 0; 0: to every host, no copies between hosts), then each host that holds it sends it to
+    one more host per wave. A host that cannot reach its peer gets it from the control node in the same wave (its own
+    receivers are unchanged). Hosts whose model root is the same network filesystem (NFS, ...) get one copy: the
+    first receives it, the others (`shared`) only verify it.
+    Returns, per host that lacks files: `wave`, `source` ("control" or a peer's inventory name), `source_path` (the
+    peer's directory of the revision), `shared` and `fallback` (a peer it could not reach). Hosts with nothing to send
+    are left out."""
+    seeds = int(seed_hosts)
+    running = set(hosts if active is None else active)
+    groups: dict[str, list[str]] = {}
+    for host in hosts:
+        source = hostvars[host].get("sglang_model_source") or {}
+        if source.get("sha256") and (host in running or not _to_send(hostvars[host])):
+            groups.setdefault(repr(sorted(source["sha256"].items())), []).append(host)
+    plan: dict[str, dict[str, Any]] = {}
+    for members in groups.values():
+        plan.update(_fanout_group(members, hostvars, seeds, reached))
+    return plan
+
+
+def _to_send(variables: Mapping[str, Any]) -> list[str]:
+    probe = variables.get("sglang_probe") or {}
+    return list((((probe.get("answers") or {}).get("sglang_model") or {}).get("decision") or {}).get("to_send") or [])
+
+
+def _fanout_group(members: Sequence[str], hostvars: Mapping[str, Any], seeds: int, reached: str) -> dict[str, dict[str, Any]]:
+    """sglang_model_fanout for the hosts of one revision."""
+    holders = [host for host in members if not _to_send(hostvars[host])]
+    needing = [host for host in members if _to_send(hostvars[host])]
+    copy_of: dict[str, str] = {}
+    for host in holders + needing:
+        key = _shared_key(hostvars[host].get("_sglang_model_mount") or {})
+        if key:
+            copy_of.setdefault(key, host)
+    plan: dict[str, dict[str, Any]] = {}
+    senders = list(holders)
+    receivers: list[str] = []
+    for host in needing:
+        first = copy_of.get(_shared_key(hostvars[host].get("_sglang_model_mount") or {}), host)
+        if first != host:
+            plan[host] = {"wave": -1, "source": first, "shared": True, "fallback": False}
+        else:
+            receivers.append(host)
+    wave = 0
+    if seeds <= 0:  # No copies between hosts: the control node sends every host its files.
+        plan.update({host: {"wave": 0, "source": "control", "shared": False, "fallback": False} for host in receivers})
+        senders, receivers = [], []
+    if not senders and receivers:
+        for host in receivers[:seeds]:
+            plan[host] = {"wave": 0, "source": "control", "shared": False, "fallback": False}
+        senders, receivers, wave = receivers[:seeds], receivers[seeds:], 1
+    while receivers:
+        batch, receivers = receivers[: len(senders)], receivers[len(senders) :]
+        for host, peer in zip(batch, senders, strict=False):
+            check = (hostvars[host].get(reached) or {}) if reached else {}
+            fallback = bool(check) and not check.get("skipped") and not check.get("state")
+            plan[host] = {"wave": wave, "source": "control" if fallback else peer, "shared": False, "fallback": fallback}
+        senders += batch
+        wave += 1
+    for entry in plan.values():
+        if entry["shared"]:
+            entry["wave"] = plan.get(entry["source"], {}).get("wave", -1)
+        peer = entry["source"]
+        entry["source_path"] = "" if peer == "control" else (hostvars[peer].get("sglang_model_source") or {}).get("path", "")
+    return plan
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "sglang_model_dir": sglang_model_dir,
+            "sglang_model_fanout": sglang_model_fanout,
             "sglang_model_name": sglang_model_name,
             "sglang_model_problems": sglang_model_problems,
             "sglang_model_sha256": sglang_model_sha256,
