@@ -46,6 +46,7 @@ CACHE_ENV = {  # variable -> folder under a run's cache directory
     "DG_JIT_CACHE_DIR": "deep_gemm",
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "SGLANG_CACHE_DIR": "sglang",
+    "SGLANG_JIT_CACHE_DIR": "sglang-jit",
     "XDG_CACHE_HOME": "xdg",
 }
 CACHES = Path("/tmp/hw-persistent-cache")
