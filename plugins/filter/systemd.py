@@ -155,15 +155,19 @@ _NOT_KEPT = (
 )
 
 
-def sglang_cache_dir_warnings(path: str, host: str, variable: str = "sglang_server_cache_dir",
-                              tmpfs: Iterable[str] = ()) -> list[str]:
+def sglang_cache_dir_warnings(
+    path: str, host: str, variable: str = "sglang_server_cache_dir", tmpfs: Iterable[str] = ()
+) -> list[str]:
     """Warnings, one line each, when the kernel/compile cache directory `path` would not survive an instance's restart
     (or a reboot) in the fleet's sandbox: under /tmp or /var/tmp (PrivateTmp), /home or /root (ProtectHome), /run or
     /dev/shm, or under any of the mount points `tmpfs` names (the host's tmpfs mounts, when known)."""
     clean = "/" + str(path).strip("/")
     found = [cause for root, cause in _NOT_KEPT if clean == root or clean.startswith(root + "/")]
-    found += [f"{mount} is a tmpfs mount: the caches go at every reboot" for mount in tmpfs
-              if mount not in ("/", "") and (clean == mount.rstrip("/") or clean.startswith(mount.rstrip("/") + "/"))]
+    found += [
+        f"{mount} is a tmpfs mount: the caches go at every reboot"
+        for mount in tmpfs
+        if mount not in ("/", "") and (clean == mount.rstrip("/") or clean.startswith(mount.rstrip("/") + "/"))
+    ]
     return [f"{host}: {variable}={path}: {cause}; fix: a persistent directory such as /var/cache/sglang" for cause in found]
 
 

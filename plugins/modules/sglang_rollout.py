@@ -124,7 +124,11 @@ stopped:
   returned: when stop is true
   type: list
 restarted:
-  description: Names of the instances restarted and verified, in order, with seconds to ready.
+  description:
+    - Names of the instances restarted and verified, in order, each with seconds to ready, its verification, the
+      rollout's own seconds from the restart to verified (C(stop_to_verified_seconds)) and SGLang's start-up figures
+      from its metrics (C(startup) - C(total), C(weight_load), C(kv_cache_allocation), C(cuda_graph), C(scheduler),
+      C(weight_update); empty without C(--enable-metrics)).
   returned: always
   type: dict
 """
@@ -139,7 +143,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client, startup_metrics
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, journal_tail, wait
 
 ACCEPT_LENGTH_WAIT = 15.0
@@ -149,12 +153,19 @@ class RolloutError(Exception):
     """An instance failed to start, to become ready, or its verification."""
 
 
-def running_requests(url: str) -> float | None:
-    """Requests the server is working on, from its Prometheus metrics (None without --enable-metrics)."""
+def metrics_text(url: str) -> str | None:
+    """The server's Prometheus metrics (None without --enable-metrics, or when it does not answer)."""
     try:
         with listeners.open_url(f"{url.rstrip('/')}/metrics", (), 10) as response:
-            text = response.read().decode()
+            return str(response.read().decode())
     except (urllib.error.URLError, OSError):
+        return None
+
+
+def running_requests(url: str) -> float | None:
+    """Requests the server is working on, from its Prometheus metrics (None without --enable-metrics)."""
+    text = metrics_text(url)
+    if text is None:
         return None
     values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("sglang:num_running_reqs")]
     return sum(values) if values else None
@@ -171,6 +182,7 @@ class Host:
     now: Callable[[], float] = time.time
     routers: list[Any] = field(default_factory=list)
     running: Callable[[str], float | None] = running_requests
+    metrics: Callable[[str], str | None] = metrics_text
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     log: list[str] = field(default_factory=list)
@@ -219,6 +231,16 @@ def verify(host: Host, instance: dict[str, Any], probe_tokens: int, min_accept: 
             f"{instance['name']}: avg_spec_accept_length {accept} is not above {min_accept}: speculative decoding does not help"
         )
     return f"{tokens} tokens, accept length {float(accept):.2f}"
+
+
+def startup_figures(host: Host, instance: dict[str, Any], stop_to_verified: float) -> dict[str, Any]:
+    """The rollout's own time from the restart to verified, and SGLang's start-up figures from the instance's metrics
+    (module_utils/startup_metrics.py; `startup` is {} without --enable-metrics)."""
+    text = host.metrics(instance["url"])
+    return {
+        "stop_to_verified_seconds": round(stop_to_verified, 2),
+        "startup": startup_metrics.startup(text) if text else {},
+    }
 
 
 def save_last_good(instance: dict[str, Any]) -> None:
@@ -292,17 +314,20 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
                 current = instance
                 leave_routers(host, instance, params["drain_timeout"])
             current = batch[0]
+            stopped_at = host.now()
             ready = start_and_check(host, batch, params)
             noticed_at = host.now()
             for instance in batch:
                 current = instance
                 summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
+                verified_at = host.now()
                 rejoin_routers(host, instance)
                 save_last_good(instance)
                 done[instance["name"]] = {
                     "ready_seconds": ready.get(instance["unit"]),
                     "noticed_at": noticed_at,
                     "verified": summary,
+                    **startup_figures(host, instance, verified_at - stopped_at),
                 }
         except Exception as error:
             failed_at = host.now()

@@ -433,14 +433,27 @@ def test_every_instance_keeps_its_kernel_caches_in_the_persistent_cache_dir(plan
     role_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     native = NativeEnvironment()
     native.filters.update(CoreFilters().filters())
-    context = {"sglang_server_cache_dir": "/srv/kcache", "sglang_server_home": "/var/lib/sglang",
-               "cuda_environment": {"CUDA_HOME": "/usr/local/cuda"}, "sglang_runtime": {"environment": {}}}
+    context = {
+        "sglang_server_cache_dir": "/srv/kcache",
+        "sglang_server_home": "/var/lib/sglang",
+        "cuda_environment": {"CUDA_HOME": "/usr/local/cuda"},
+        "sglang_runtime": {"environment": {}},
+    }
     context["_sglang_server_cache_environment"] = {
         name: native.from_string(value).render(**context) for name, value in role_vars["_sglang_server_cache_environment"].items()
     }
     base = native.from_string(role_vars["_sglang_server_base_environment"]).render(**context)
-    assert {name: base[name] for name in ("SGLANG_JIT_CACHE_DIR", "TVM_FFI_CACHE_DIR", "TRITON_CACHE_DIR",
-                                          "FLASHINFER_WORKSPACE_BASE", "DG_JIT_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")} == {
+    assert {
+        name: base[name]
+        for name in (
+            "SGLANG_JIT_CACHE_DIR",
+            "TVM_FFI_CACHE_DIR",
+            "TRITON_CACHE_DIR",
+            "FLASHINFER_WORKSPACE_BASE",
+            "DG_JIT_CACHE_DIR",
+            "TORCHINDUCTOR_CACHE_DIR",
+        )
+    } == {
         "SGLANG_JIT_CACHE_DIR": "/srv/kcache/sglang-jit",
         "TVM_FFI_CACHE_DIR": "/srv/kcache/tvm-ffi",
         "TRITON_CACHE_DIR": "/srv/kcache/triton",
