@@ -11,6 +11,7 @@ weight versions and model paths, the gauges the fleet reads, and the crash.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -80,10 +81,8 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     finally:
         if proc.poll() is None:
             proc.kill()
-        try:
+        with contextlib.suppress(ValueError, subprocess.TimeoutExpired):
             proc.communicate(timeout=10)
-        except (ValueError, subprocess.TimeoutExpired):
-            pass
 
 
 def test_the_recording_is_what_the_fleet_relies_on() -> None:
