@@ -143,7 +143,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client, startup_metrics
+from ansible_collections.sglang.fleet.plugins.module_utils import (
+    in_place,
+    listeners,
+    safe_write,
+    sglang_router_client,
+    startup_metrics,
+)
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, journal_tail, wait
 
 ACCEPT_LENGTH_WAIT = 15.0
@@ -151,6 +157,14 @@ ACCEPT_LENGTH_WAIT = 15.0
 
 class RolloutError(Exception):
     """An instance failed to start, to become ready, or its verification."""
+
+
+class LoadedBack(RolloutError):
+    """An in-place update failed and the previous revision was loaded back in place: no restart to roll back."""
+
+    def __init__(self, message: str, instance: str, outcome: str) -> None:
+        super().__init__(message)
+        self.instance, self.outcome = instance, outcome
 
 
 def metrics_text(url: str) -> str | None:
@@ -243,6 +257,78 @@ def startup_figures(host: Host, instance: dict[str, Any], stop_to_verified: floa
     }
 
 
+def update_in_place(host: Host, instance: dict[str, Any], params: dict[str, Any], done: dict[str, Any]) -> bool:
+    """A new revision of the same model, layout and settings (module_utils/in_place.py), out of the routers already:
+    loaded with /update_weights_from_disk, verified (the revision as weight_version, the probe, the accept length),
+    the new files kept as verified, back into the routers; True. On a refusal or a failed verification, the previous
+    revision is loaded back the same way and its files restored: the instance keeps serving it and the rollout fails
+    (RolloutError). False when the change needs a restart, or the server is gone (then the restart, and its rollback
+    on failure, take over: the unit's files name the new revision)."""
+    change = in_place.in_place_revision(instance)
+    if change is None:
+        return False
+    url = instance["url"].rstrip("/")
+    started = host.now()
+    try:
+        host.get_json(f"{url}/update_weights_from_disk", {"model_path": change["to"], "weight_version": change["weight_version"]})
+    except Exception as error:
+        if not alive(host, url):
+            host.log.append(f"{instance['name']}: in-place update lost the server ({error}); restarting it")
+            return False
+        restore(instance)  # SGLang refused before it loaded anything: the previous revision still serves
+        host.systemctl("daemon-reload")
+        rejoin_routers(host, instance)
+        outcome = f"refused, nothing loaded; {change['from']} still serves and its files are restored"
+        message = f"{instance['name']}: /update_weights_from_disk refused {change['to']}: {error}"
+        raise LoadedBack(message, instance["name"], outcome) from error
+    try:
+        reported = (host.get_json(f"{url}/model_info") or {}).get("weight_version")
+        if reported != change["weight_version"]:
+            raise RolloutError(
+                f"{instance['name']}: /model_info reports weight_version {reported!r}, expected {change['weight_version']!r}"
+            )
+        summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
+    except Exception as error:
+        back = load_back(host, instance, url, change)
+        message = f"{instance['name']}: the in-place update to {change['to']} failed verification ({error}); {back}"
+        if back.startswith("loaded back"):
+            raise LoadedBack(message, instance["name"], back) from error
+        raise RolloutError(message) from error
+    host.systemctl("daemon-reload")
+    rejoin_routers(host, instance)
+    save_last_good(instance)
+    done[instance["name"]] = {
+        "in_place": True,
+        "weight_version": change["weight_version"],
+        "verified": summary,
+        "update_to_verified_seconds": round(host.now() - started, 2),
+        "startup": startup_metrics.startup(host.metrics(instance["url"]) or ""),
+    }
+    return True
+
+
+def alive(host: Host, url: str) -> bool:
+    try:
+        host.get_json(f"{url}/model_info")
+    except Exception:
+        return False
+    return True
+
+
+def load_back(host: Host, instance: dict[str, Any], url: str, change: dict[str, str]) -> str:
+    """The previous revision loaded back in place and its files restored (the instance keeps serving it, out of the
+    routers until the next deploy); what was done, as a clause."""
+    previous = change["from"].rstrip("/").rsplit("/", 1)[-1]
+    try:
+        host.get_json(f"{url}/update_weights_from_disk", {"model_path": change["from"], "weight_version": previous})
+        restore(instance)
+        host.systemctl("daemon-reload")
+        rejoin_routers(host, instance)
+    except Exception as error:
+        return f"loading back {change['from']} failed too ({error}); the rollback restarts it"
+    return f"loaded back {change['from']} in place (weight_version {previous}) and restored its files"
+
+
 def save_last_good(instance: dict[str, Any]) -> None:
     """Keeps a copy of the files a verified instance runs with, to roll back to (owner and mode kept).
 
@@ -313,9 +399,11 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
             for instance in batch:
                 current = instance
                 leave_routers(host, instance, params["drain_timeout"])
-            current = batch[0]
+            updated = [instance for instance in batch if update_in_place(host, instance, params, done)]
+            batch = [instance for instance in batch if instance not in updated]
+            current = batch[0] if batch else current
             stopped_at = host.now()
-            ready = start_and_check(host, batch, params)
+            ready = start_and_check(host, batch, params) if batch else {}
             noticed_at = host.now()
             for instance in batch:
                 current = instance
@@ -332,7 +420,13 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
         except Exception as error:
             failed_at = host.now()
             journal = host.journal(current["unit"], params["journal_lines"], since=started - 1)
-            outcomes = {instance["name"]: roll_back(host, instance, params) for instance in batch if instance["name"] not in done}
+            outcomes = {
+                instance["name"]: error.outcome
+                if isinstance(error, LoadedBack) and error.instance == instance["name"]
+                else roll_back(host, instance, params)
+                for instance in batch
+                if instance["name"] not in done
+            }
             untouched = [instance["name"] for instance in instances[start + size :]]
             # Their processes still run the last verified files: put those back on disk too, so a crash does not
             # restart them into an unverified configuration. The next deploy writes and rolls them again.

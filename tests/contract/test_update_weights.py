@@ -26,7 +26,7 @@ from simulator.simkit import free_port
 from .recordings import RECORDINGS, Recording, Workspace, launch_args, poll_health, request
 
 FOLDER = RECORDINGS / "sglang-0.5.17-h100-restarts"
-COLD = FOLDER / "cold"
+COLD = FOLDER / "servers" / "cold"
 LOG = (COLD / "server.log").read_text()
 RECORDED_MODELS = "/tmp/hw-models"
 # (the recorded file's name, method, path), in the recorded order
