@@ -97,9 +97,13 @@ class FakeServer:
 
 
 def host(log: list[str], server: FakeServer) -> module.Host:
+    def wait_ready(batch: list[dict[str, Any]], *_: Any) -> dict[str, Any]:
+        log.append("wait")
+        return {"ready": {i["unit"]: 1.0 for i in batch}}
+
     return module.Host(
         systemctl=lambda *args: log.append(" ".join(args)),
-        wait_ready=lambda batch, *_: log.append("wait") or {"ready": {i["unit"]: 1.0 for i in batch}},
+        wait_ready=wait_ready,
         get_json=server,
         journal=lambda *args, **kwargs: "",
         running=lambda url: 0,
