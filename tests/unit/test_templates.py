@@ -433,7 +433,7 @@ def test_every_instance_keeps_its_kernel_caches_in_the_persistent_cache_dir(plan
     role_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     native = NativeEnvironment()
     native.filters.update(CoreFilters().filters())
-    context = {
+    context: dict[str, Any] = {
         "sglang_server_cache_dir": "/srv/kcache",
         "sglang_server_home": "/var/lib/sglang",
         "cuda_environment": {"CUDA_HOME": "/usr/local/cuda"},
@@ -442,7 +442,7 @@ def test_every_instance_keeps_its_kernel_caches_in_the_persistent_cache_dir(plan
     context["_sglang_server_cache_environment"] = {
         name: native.from_string(value).render(**context) for name, value in role_vars["_sglang_server_cache_environment"].items()
     }
-    base = native.from_string(role_vars["_sglang_server_base_environment"]).render(**context)
+    base: Any = native.from_string(role_vars["_sglang_server_base_environment"]).render(**context)
     assert {
         name: base[name]
         for name in (
