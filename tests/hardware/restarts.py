@@ -34,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: hardware
 from fixtures import model_repo
 from hardware.driver import HealthRecorder, Json, Run, Server, http
 from hardware.nextn_without_mtp import run_script
-from hardware.sandbox_model import CT129, MODEL, argv_for
+from hardware.sandbox_model import CONTROL, CT129, MODEL, argv_for
 
+VARIANT = os.environ.get("HW_RESTARTS", "")
 REV2 = f"{MODEL}-rev2"
 BROKEN = f"{MODEL}-broken"
 PORT = 30000
@@ -127,16 +128,19 @@ def exchange(run: Run, tag: str, name: str, path: str, payload: Json | None, rec
 
 
 def update_cycle(run: Run, tag: str, models: Path, record: Json) -> None:
-    """In-place weight updates on a ready server: success, two failures, back to revision 1."""
+    """In-place weight updates on a ready server: success, two failures, back to revision 1 (HW_RESTARTS=control:
+    success, back to revision 1, the missing path)."""
     exchange(run, tag, "model_info.before", "/model_info", None, record)
     exchange(run, tag, "server_info.before", "/server_info", None, record)
     exchange(run, tag, "generate.rev1", "/generate", PROBE, record)
-    steps = (
+    steps = [
         ("update.rev2", {"model_path": str(models / REV2), "weight_version": "rev2"}),
         ("update.missing_path", {"model_path": str(models / "no-such-model"), "weight_version": "rev3"}),
         ("update.broken_shard", {"model_path": str(models / BROKEN), "weight_version": "rev3"}),
         ("update.rev1", {"model_path": str(models / MODEL), "weight_version": "rev1"}),
-    )
+    ]
+    if VARIANT == "control":
+        steps = [steps[0], steps[3], steps[1]]
     for name, payload in steps:
         exchange(run, tag, name, "/update_weights_from_disk", payload, record, timeout=240)
         exchange(run, tag, f"model_info.after_{name}", "/model_info", None, record)
@@ -162,8 +166,9 @@ def one_server(
     ready_s: float,
     updates: bool = False,
     drop: tuple[str, ...] = (),
+    settings: list[str] = CT129,
 ) -> None:
-    argv = [w for w in argv_for(models, MODEL, CT129, PORT) if w not in drop] + extra
+    argv = [w for w in argv_for(models, MODEL, settings, PORT) if w not in drop] + extra
     env = cache_env(cache)
     record["cache_files_before"] = sum(len(files) for _, _, files in os.walk(cache))
     record["argv"], record["env_added"] = argv, env
@@ -181,7 +186,24 @@ def one_server(
     record["cache_bytes_after"] = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
 
 
+def stage_control(run: Run, models: Path, record: Json) -> None:
+    """HW_RESTARTS=control: the control settings (no speculative decoding, so no draft graphs, which need the
+    deep_gemm the bundle lacks) with CUDA graphs, on empty caches then on the same caches; updates on the first."""
+    cache = Path("/tmp/hw-persistent-cache-control")
+    shutil.rmtree(cache, ignore_errors=True)
+    graphs = ["--cuda-graph-max-bs", "8"]
+    for tag, updates, needs in (("control_cold", True, 200), ("control_warm", False, 90)):
+        with run.stage(tag, needs_s=needs) as rec:
+            if "skipped" not in rec:
+                one_server(run, models, tag, cache, graphs, rec, ready_s=min(300.0, run.left() - 40), updates=updates,
+                           drop=("--disable-cuda-graph",), settings=CONTROL)  # fmt: skip
+    record["done"] = True
+
+
 def stage_servers(run: Run, models: Path, record: Json) -> None:
+    if VARIANT == "control":
+        stage_control(run, models, record)
+        return
     shutil.rmtree(CACHES, ignore_errors=True)
     stages = run.summary["stages"]
     # issue 43: node rank 0 of 2, node 1 never started; left running beside the rest
@@ -229,7 +251,7 @@ def stage_servers(run: Run, models: Path, record: Json) -> None:
 def headline(run: Run) -> None:
     stages = run.summary["stages"]
     head: Json = {}
-    for tag in ("cold", "warm", "graphs"):
+    for tag in ("control_cold", "control_warm") if VARIANT == "control" else ("cold", "warm", "graphs"):
         st = stages.get(tag) or {}
         head[tag] = {
             "ready_after_launch_s": st.get("ready_after_launch_s"),
@@ -237,7 +259,7 @@ def headline(run: Run) -> None:
             "startup_metrics": st.get("metrics.startup"),
             "cache_files": [st.get("cache_files_before"), st.get("cache_files_after")],
         }
-    cold = stages.get("cold") or {}
+    cold = stages.get("control_cold" if VARIANT == "control" else "cold") or {}
     head["updates"] = {
         name: {k: v for k, v in ex.items() if k in ("status", "seconds", "body", "weight_version", "text")}
         for name, ex in (cold.get("exchanges") or {}).items()
