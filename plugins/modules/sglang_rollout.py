@@ -150,6 +150,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils import (
     sglang_router_client,
     startup_metrics,
 )
+from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import utc_seconds
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, journal_tail, wait
 
 ACCEPT_LENGTH_WAIT = 15.0
@@ -185,6 +186,24 @@ def running_requests(url: str) -> float | None:
     return sum(values) if values else None
 
 
+def settle_files(instance: dict[str, Any]) -> None:
+    """After an in-place update: the verified set's files dated just before the process start, so that later deploys
+    read the running process as running them (role_decisions.server_units counts an instance stale when one of its
+    files changed after its process started) instead of restarting it once more."""
+    shown = subprocess.run(
+        ["systemctl", "show", "--timestamp=us+utc", "--property=ExecMainStartTimestamp", "--value", instance["unit"]],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    started = utc_seconds(shown)
+    if started is None:
+        return
+    for current, _copy in instance["files"]["last_good"]:
+        if os.path.isfile(current) and not os.path.islink(current):
+            os.utime(current, (started - 1, started - 1), follow_symlinks=False)
+
+
 @dataclass
 class Host:
     """What the rollout does on the machine; replaced by fakes in tests."""
@@ -197,6 +216,7 @@ class Host:
     routers: list[Any] = field(default_factory=list)
     running: Callable[[str], float | None] = running_requests
     metrics: Callable[[str], str | None] = metrics_text
+    settle: Callable[[dict[str, Any]], None] = settle_files
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     log: list[str] = field(default_factory=list)
@@ -297,6 +317,7 @@ def update_in_place(host: Host, instance: dict[str, Any], params: dict[str, Any]
     host.systemctl("daemon-reload")
     rejoin_routers(host, instance)
     save_last_good(instance)
+    host.settle(instance)
     done[instance["name"]] = {
         "in_place": True,
         "weight_version": change["weight_version"],

@@ -109,6 +109,7 @@ def host(log: list[str], server: FakeServer) -> module.Host:
         running=lambda url: 0,
         metrics=lambda url: None,
         sleep=lambda seconds: None,
+        settle=lambda instance: log.append(f"settle {instance['name']}"),
     )
 
 
@@ -118,7 +119,7 @@ def test_the_rollout_loads_the_revision_without_a_restart_and_keeps_its_files(tm
     result = module.rollout(host(log, FakeServer(log)), [server], PARAMS)
     assert "failed" not in result, result
     assert result["restarted"]["sglang-30000"]["in_place"] is True
-    assert log == [f"update {REV2} as {REV2}", "daemon-reload"], "no restart"
+    assert log == [f"update {REV2} as {REV2}", "daemon-reload", "settle sglang-30000"], "no restart"
     assert (tmp_path / "last-good" / "sglang-30000.service").read_text() == unit(models / REV2), "kept as verified"
 
 
@@ -139,3 +140,24 @@ def test_a_refused_update_keeps_the_previous_revision_and_its_files(tmp_path: Pa
     assert result["failed"] == "sglang-30000" and "refused" in result["rollback"]["sglang-30000"]
     assert "restart" not in " ".join(log)
     assert (tmp_path / "sglang-30000.service").read_text() == unit(models / REV1)
+
+
+def test_settled_files_no_longer_read_as_newer_than_the_process(
+    tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an in-place update the unit file is newer than the running process: dated back to just before its start,
+    a later deploy does not count the instance stale (role_decisions.server_units) and restart it."""
+    import os
+    import subprocess
+
+    from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import server_units
+
+    server = instance(tmp_path, unit(models / REV1), unit(models / REV2))
+    shown = "Sat 2026-12-05 11:00:00.000000 UTC"
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=shown + "\n"))
+    state = {"ActiveState": "active", "ExecMainStartTimestamp": shown}
+    mtimes = {path: os.path.getmtime(path) for path, _ in server["files"]["last_good"] if os.path.exists(path)}
+    assert server_units([server], {"units": {server["unit"]: state}, "mtimes": mtimes})["stale"] == [server]
+    module.settle_files(server)
+    mtimes = {path: os.path.getmtime(path) for path, _ in server["files"]["last_good"] if os.path.exists(path)}
+    assert server_units([server], {"units": {server["unit"]: state}, "mtimes": mtimes})["stale"] == []
