@@ -6,10 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-ROW = "%-7s %-13s %-6s %-5s %-12s %-7s %-7s %-7s %-17s %-9s %-8s %-8s %s"
+ROW = "%-7s %-13s %-6s %-5s %-12s %-7s %-7s %-7s %-17s %-9s %-8s %-8s %-14s %s"
 HEADER = tuple(
-    ["HOST", "INSTANCE", "PORT", "GPUS", "MODEL", "SGLANG", "SPEC", "ACCEPT", "HEALTH", "UPTIME", "RESTARTS", "EXPOSURE", "URL"]
-)
+    ["HOST", "INSTANCE", "PORT", "GPUS", "MODEL", "SGLANG", "SPEC", "ACCEPT", "HEALTH", "UPTIME", "RESTARTS", "EXPOSURE",
+     "STARTUP", "URL"]
+)  # fmt: skip
+
+
+def startup_cell(figures: Any) -> str:
+    """SGLang's own start-up seconds of an instance: total/weight load/CUDA graphs ('-' where it reported none)."""
+    figures = figures if isinstance(figures, Mapping) else {}
+    cells = [figures.get(key) for key in ("total", "weight_load", "cuda_graph")]
+    return "-" if cells[0] is None else "/".join("-" if c is None else f"{float(c):.1f}" for c in cells)
 
 
 def reach(host: str, entry: Mapping[str, Any]) -> str:
@@ -56,7 +64,7 @@ def sglang_status_table(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> li
                 host, item["name"], item["port"], item["gpus"], str(item["model"])[:12], item.get("version") or "-",
                 item.get("speculative_algorithm") or "-", "-" if accept is None else f"{float(accept):.2f}", item["health"],
                 uptime(item.get("uptime_seconds")), item["restarts"],
-                "-" if item.get("exposure") is None else item["exposure"], reach(host, item),
+                "-" if item.get("exposure") is None else item["exposure"], startup_cell(item.get("startup")), reach(host, item),
             ))  # fmt: skip
             if not item.get("remote_url"):
                 loopback.append((host, str(item["url"])))
@@ -65,7 +73,7 @@ def sglang_status_table(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> li
             lines.append(ROW % (
                 host, item["name"], port_of(str(item["url"])), "-", "-", "-", "-", "-", item["health"],
                 uptime(item.get("uptime_seconds")), item["restarts"],
-                "-" if item.get("exposure") is None else item["exposure"], reach(host, item),
+                "-" if item.get("exposure") is None else item["exposure"], "-", reach(host, item),
             ))  # fmt: skip
             if not item.get("remote_url"):
                 loopback.append((host, str(item["url"])))

@@ -142,6 +142,35 @@ def systemd_text_problems(host: str, variables: dict[str, Any], no_spaces: Itera
     return problems
 
 
+# Where a sandboxed unit's writes do not outlive a restart (PrivateTmp=yes gives every start an empty /tmp and
+# /var/tmp), are hidden from it (ProtectHome=yes: /home, /root and /run/user are empty and read-only to it), or live in
+# memory and go at a reboot (/run, /dev/shm are tmpfs on systemd hosts).
+_NOT_KEPT = (
+    ("/tmp", "PrivateTmp=yes gives each start of the unit an empty /tmp, so every restart compiles its kernels again"),
+    ("/var/tmp", "PrivateTmp=yes gives each start of the unit an empty /var/tmp, so every restart compiles again"),
+    ("/home", "ProtectHome=yes hides /home from the unit: it cannot write its caches there"),
+    ("/root", "ProtectHome=yes hides /root from the unit: it cannot write its caches there"),
+    ("/run", "/run is a tmpfs: the caches go at every reboot (and /run/user is hidden by ProtectHome=yes)"),
+    ("/dev/shm", "/dev/shm is a tmpfs: the caches go at every reboot"),
+)
+
+
+def sglang_cache_dir_warnings(
+    path: str, host: str, variable: str = "sglang_server_cache_dir", tmpfs: Iterable[str] = ()
+) -> list[str]:
+    """Warnings, one line each, when the kernel/compile cache directory `path` would not survive an instance's restart
+    (or a reboot) in the fleet's sandbox: under /tmp or /var/tmp (PrivateTmp), /home or /root (ProtectHome), /run or
+    /dev/shm, or under any of the mount points `tmpfs` names (the host's tmpfs mounts, when known)."""
+    clean = "/" + str(path).strip("/")
+    found = [cause for root, cause in _NOT_KEPT if clean == root or clean.startswith(root + "/")]
+    found += [
+        f"{mount} is a tmpfs mount: the caches go at every reboot"
+        for mount in tmpfs
+        if mount not in ("/", "") and (clean == mount.rstrip("/") or clean.startswith(mount.rstrip("/") + "/"))
+    ]
+    return [f"{host}: {variable}={path}: {cause}; fix: a persistent directory such as /var/cache/sglang" for cause in found]
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -154,4 +183,5 @@ class FilterModule:
             "sglang_server_unit_properties": sglang_server_unit_properties,
             "sglang_server_host_properties": sglang_server_host_properties,
             "systemd_text_problems": systemd_text_problems,
+            "sglang_cache_dir_warnings": sglang_cache_dir_warnings,
         }

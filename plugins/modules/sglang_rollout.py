@@ -124,7 +124,11 @@ stopped:
   returned: when stop is true
   type: list
 restarted:
-  description: Names of the instances restarted and verified, in order, with seconds to ready.
+  description:
+    - Names of the instances restarted and verified, in order, each with seconds to ready, its verification, the
+      rollout's own seconds from the restart to verified (C(stop_to_verified_seconds)) and SGLang's start-up figures
+      from its metrics (C(startup) - C(total), C(weight_load), C(kv_cache_allocation), C(cuda_graph), C(scheduler),
+      C(weight_update); empty without C(--enable-metrics)).
   returned: always
   type: dict
 """
@@ -139,7 +143,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
+from ansible_collections.sglang.fleet.plugins.module_utils import (
+    in_place,
+    listeners,
+    safe_write,
+    sglang_router_client,
+    startup_metrics,
+)
+from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import utc_seconds
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, journal_tail, wait
 
 ACCEPT_LENGTH_WAIT = 15.0
@@ -149,15 +160,48 @@ class RolloutError(Exception):
     """An instance failed to start, to become ready, or its verification."""
 
 
-def running_requests(url: str) -> float | None:
-    """Requests the server is working on, from its Prometheus metrics (None without --enable-metrics)."""
+class LoadedBack(RolloutError):
+    """An in-place update failed and the previous revision was loaded back in place: no restart to roll back."""
+
+    def __init__(self, message: str, instance: str, outcome: str) -> None:
+        super().__init__(message)
+        self.instance, self.outcome = instance, outcome
+
+
+def metrics_text(url: str) -> str | None:
+    """The server's Prometheus metrics (None without --enable-metrics, or when it does not answer)."""
     try:
         with listeners.open_url(f"{url.rstrip('/')}/metrics", (), 10) as response:
-            text = response.read().decode()
+            return str(response.read().decode())
     except (urllib.error.URLError, OSError):
+        return None
+
+
+def running_requests(url: str) -> float | None:
+    """Requests the server is working on, from its Prometheus metrics (None without --enable-metrics)."""
+    text = metrics_text(url)
+    if text is None:
         return None
     values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("sglang:num_running_reqs")]
     return sum(values) if values else None
+
+
+def settle_files(instance: dict[str, Any]) -> None:
+    """After an in-place update: the verified set's files dated just before the process start, so that later deploys
+    read the running process as running them (role_decisions.server_units counts an instance stale when one of its
+    files changed after its process started) instead of restarting it once more."""
+    shown = subprocess.run(
+        ["systemctl", "show", "--timestamp=us+utc", "--property=ExecMainStartTimestamp", "--value", instance["unit"]],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    started = utc_seconds(shown)
+    if started is None:
+        return
+    for current, _copy in instance["files"]["last_good"]:
+        if os.path.isfile(current) and not os.path.islink(current):
+            os.utime(current, (started - 1, started - 1), follow_symlinks=False)
 
 
 @dataclass
@@ -171,6 +215,8 @@ class Host:
     now: Callable[[], float] = time.time
     routers: list[Any] = field(default_factory=list)
     running: Callable[[str], float | None] = running_requests
+    metrics: Callable[[str], str | None] = metrics_text
+    settle: Callable[[dict[str, Any]], None] = settle_files
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     log: list[str] = field(default_factory=list)
@@ -219,6 +265,89 @@ def verify(host: Host, instance: dict[str, Any], probe_tokens: int, min_accept: 
             f"{instance['name']}: avg_spec_accept_length {accept} is not above {min_accept}: speculative decoding does not help"
         )
     return f"{tokens} tokens, accept length {float(accept):.2f}"
+
+
+def startup_figures(host: Host, instance: dict[str, Any], stop_to_verified: float) -> dict[str, Any]:
+    """The rollout's own time from the restart to verified, and SGLang's start-up figures from the instance's metrics
+    (module_utils/startup_metrics.py; `startup` is {} without --enable-metrics)."""
+    text = host.metrics(instance["url"])
+    return {
+        "stop_to_verified_seconds": round(stop_to_verified, 2),
+        "startup": startup_metrics.startup(text) if text else {},
+    }
+
+
+def update_in_place(host: Host, instance: dict[str, Any], params: dict[str, Any], done: dict[str, Any]) -> bool:
+    """A new revision of the same model, layout and settings (module_utils/in_place.py), out of the routers already:
+    loaded with /update_weights_from_disk, verified (the revision as weight_version, the probe, the accept length),
+    the new files kept as verified, back into the routers; True. On a refusal or a failed verification, the previous
+    revision is loaded back the same way and its files restored: the instance keeps serving it and the rollout fails
+    (RolloutError). False when the change needs a restart, or the server is gone (then the restart, and its rollback
+    on failure, take over: the unit's files name the new revision)."""
+    change = in_place.in_place_revision(instance)
+    if change is None:
+        return False
+    url = instance["url"].rstrip("/")
+    started = host.now()
+    try:
+        host.get_json(f"{url}/update_weights_from_disk", {"model_path": change["to"], "weight_version": change["weight_version"]})
+    except Exception as error:
+        if not alive(host, url):
+            host.log.append(f"{instance['name']}: in-place update lost the server ({error}); restarting it")
+            return False
+        restore(instance)  # SGLang refused before it loaded anything: the previous revision still serves
+        host.systemctl("daemon-reload")
+        rejoin_routers(host, instance)
+        outcome = f"refused, nothing loaded; {change['from']} still serves and its files are restored"
+        message = f"{instance['name']}: /update_weights_from_disk refused {change['to']}: {error}"
+        raise LoadedBack(message, instance["name"], outcome) from error
+    try:
+        reported = (host.get_json(f"{url}/model_info") or {}).get("weight_version")
+        if reported != change["weight_version"]:
+            raise RolloutError(
+                f"{instance['name']}: /model_info reports weight_version {reported!r}, expected {change['weight_version']!r}"
+            )
+        summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
+    except Exception as error:
+        back = load_back(host, instance, url, change)
+        message = f"{instance['name']}: the in-place update to {change['to']} failed verification ({error}); {back}"
+        if back.startswith("loaded back"):
+            raise LoadedBack(message, instance["name"], back) from error
+        raise RolloutError(message) from error
+    host.systemctl("daemon-reload")
+    rejoin_routers(host, instance)
+    save_last_good(instance)
+    host.settle(instance)
+    done[instance["name"]] = {
+        "in_place": True,
+        "weight_version": change["weight_version"],
+        "verified": summary,
+        "update_to_verified_seconds": round(host.now() - started, 2),
+        "startup": startup_metrics.startup(host.metrics(instance["url"]) or ""),
+    }
+    return True
+
+
+def alive(host: Host, url: str) -> bool:
+    try:
+        host.get_json(f"{url}/model_info")
+    except Exception:
+        return False
+    return True
+
+
+def load_back(host: Host, instance: dict[str, Any], url: str, change: dict[str, str]) -> str:
+    """The previous revision loaded back in place and its files restored (the instance keeps serving it, out of the
+    routers until the next deploy); what was done, as a clause."""
+    previous = change["from"].rstrip("/").rsplit("/", 1)[-1]
+    try:
+        host.get_json(f"{url}/update_weights_from_disk", {"model_path": change["from"], "weight_version": previous})
+        restore(instance)
+        host.systemctl("daemon-reload")
+        rejoin_routers(host, instance)
+    except Exception as error:
+        return f"loading back {change['from']} failed too ({error}); the rollback restarts it"
+    return f"loaded back {change['from']} in place (weight_version {previous}) and restored its files"
 
 
 def save_last_good(instance: dict[str, Any]) -> None:
@@ -291,23 +420,34 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
             for instance in batch:
                 current = instance
                 leave_routers(host, instance, params["drain_timeout"])
-            current = batch[0]
-            ready = start_and_check(host, batch, params)
+            updated = [instance for instance in batch if update_in_place(host, instance, params, done)]
+            batch = [instance for instance in batch if instance not in updated]
+            current = batch[0] if batch else current
+            stopped_at = host.now()
+            ready = start_and_check(host, batch, params) if batch else {}
             noticed_at = host.now()
             for instance in batch:
                 current = instance
                 summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
+                verified_at = host.now()
                 rejoin_routers(host, instance)
                 save_last_good(instance)
                 done[instance["name"]] = {
                     "ready_seconds": ready.get(instance["unit"]),
                     "noticed_at": noticed_at,
                     "verified": summary,
+                    **startup_figures(host, instance, verified_at - stopped_at),
                 }
         except Exception as error:
             failed_at = host.now()
             journal = host.journal(current["unit"], params["journal_lines"], since=started - 1)
-            outcomes = {instance["name"]: roll_back(host, instance, params) for instance in batch if instance["name"] not in done}
+            outcomes = {
+                instance["name"]: error.outcome
+                if isinstance(error, LoadedBack) and error.instance == instance["name"]
+                else roll_back(host, instance, params)
+                for instance in batch
+                if instance["name"] not in done
+            }
             untouched = [instance["name"] for instance in instances[start + size :]]
             # Their processes still run the last verified files: put those back on disk too, so a crash does not
             # restart them into an unverified configuration. The next deploy writes and rolls them again.

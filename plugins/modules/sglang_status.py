@@ -41,7 +41,8 @@ EXAMPLES = r"""
 RETURN = r"""
 instances:
   description: One entry per instance (name, port, url, remote_url, gpus, model, version, speculative_algorithm,
-    accept_length, health, active_state, uptime_seconds, restarts, exposure).
+    accept_length, health, active_state, uptime_seconds, restarts, exposure, startup - SGLang's start-up figures from
+    its metrics - total, weight_load, kv_cache_allocation, cuda_graph, scheduler, weight_update, in seconds).
   returned: always
   type: list
 routers:
@@ -54,9 +55,10 @@ routers:
 import re
 import subprocess
 import time
+import urllib.error
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils import systemd
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners, startup_metrics, systemd
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, http_status
 
 PROPERTIES = ("ActiveState", "NRestarts", "ActiveEnterTimestamp")
@@ -105,6 +107,7 @@ def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, An
         "version": None,
         "speculative_algorithm": None,
         "accept_length": None,
+        "startup": startup(instance["url"]),
     }
     try:
         info = http_json(f"{instance['url']}/server_info", api_key=api_key, timeout=30.0)
@@ -117,6 +120,16 @@ def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, An
         accept_length=internal.get("avg_spec_accept_length"),
     )
     return state
+
+
+def startup(url: str) -> dict[str, Any]:
+    """SGLang's start-up figures of the running server (module_utils/startup_metrics.py), from /metrics, which needs
+    no key; {} without --enable-metrics or when it does not answer."""
+    try:
+        with listeners.open_url(f"{url.rstrip('/')}/metrics", (), 10) as response:
+            return startup_metrics.startup(response.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return {}
 
 
 def router_health(url: str) -> str:

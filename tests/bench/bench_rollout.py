@@ -61,7 +61,23 @@ def rolling_restart_under_load(environment: dict[str, str]) -> dict[str, Any]:
         ready = journal_times(f"{name}.service", "ready to roll", started)
         if ready:
             noticing.append(outcome["noticed_at"] - ready[-1])
-    return {"duration": duration, "instances": len(result["restarted"]), "noticing": noticing, **report}
+    startup = dict(result["restarted"])
+    return {"duration": duration, "instances": len(result["restarted"]), "noticing": noticing, "startup": startup, **report}
+
+
+def startup_lines(restarted: dict[str, Any]) -> list[str]:
+    """Per instance: the rollout's own restart-to-verified seconds and SGLang's start-up figures (issue 42)."""
+    lines = []
+    for name, outcome in sorted(restarted.items()):
+        figures = outcome.get("startup") or {}
+        sglang = ", ".join(
+            f"{label} {figures[key]:.2f} s"
+            for key, label in (("total", "start-up"), ("weight_load", "weights"), ("cuda_graph", "CUDA graphs"))
+            if figures.get(key) is not None
+        )
+        verified = outcome.get("stop_to_verified_seconds", 0.0)
+        lines.append(f"    {name:14} restart -> verified {verified:.2f} s; SGLang: {sglang or '-'}")
+    return lines
 
 
 def rolling_restart_through_the_gateway() -> dict[str, Any]:
@@ -155,6 +171,9 @@ def main() -> int:
             f"{roll['failed']} of {roll['requests']} requests failed, "
             f"{out_of_rotation(roll)} worker(s) out of rotation at most"
         )
+    print("  start-up per instance (rolling restart, change):")
+    for line in startup_lines(first["startup"]):
+        print(line)
     print(
         f"  rolling restart through the fleet gateway (ct129 + b200) {fleet['duration']:.1f} s for {fleet['instances']} "
         f"instances, {fleet['failed']} of {fleet['requests']} requests failed, "

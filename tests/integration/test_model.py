@@ -12,6 +12,8 @@ import yaml
 from fleet import Run, on_host, overlay_inventory, run_playbook, unit_property, unit_starts
 from mirror import start_mirror
 
+ROLL_TASK = "Roll the changed running instances, verified, rolled back on failure"
+
 
 def fetches(run: Run) -> dict[str, dict[str, Any]]:
     return {data["host"]: data["res"] for data in run.results() if data["task"].startswith("Fetch the model's files")}
@@ -103,13 +105,20 @@ def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_an
         assert "ct129 host: sglang_model=" in message and "generation_config.json" in message, message
         assert unit_starts("ct129") == before and sorted(on_host("ct129", "ls", root).split()) == sorted([first, "current"])
 
-        # A new revision: sent beside the old one (kept for rollback), the instance restarted onto it.
+        # A new revision of the same architecture and shapes: sent beside the old one (kept for rollback) and loaded
+        # in place (/update_weights_from_disk, issue 42): the unit now names it, the process is the same (MainPID),
+        # and the rollout verified the revision as the weight_version the server reports.
+        pid = unit_property("ct129", "sglang-30000.service", "MainPID")
         rolled = run_playbook("deploy.yml", inventory=inventory, extravars=settings(second), limit="ct129")
         assert rolled.rc == 0, rolled.failure_messages()
         assert f"{root}/{second}" in unit_property("ct129", "sglang-30000.service", "ExecStart")
         assert on_host("ct129", "readlink", f"{root}/current").strip() == f"{root}/{second}"
         assert sorted(on_host("ct129", "ls", root).split()) == sorted([first, second, "current"])
-        assert unit_starts("ct129") != before
+        assert unit_property("ct129", "sglang-30000.service", "MainPID") == pid, "no process restart"
+        assert unit_starts("ct129") == before
+        roll = next(data["res"] for data in rolled.results() if data["task"] == ROLL_TASK and data["host"] == "ct129")
+        assert roll["restarted"]["sglang-30000"]["in_place"] is True
+        assert roll["restarted"]["sglang-30000"]["weight_version"] == second
     finally:
         restored = run_playbook("deploy.yml", limit="ct129")
         on_host("ct129", "rm", "-rf", f"{root}/{second}")

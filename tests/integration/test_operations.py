@@ -26,6 +26,7 @@ def test_status_table_shows_every_instance_ready_and_sandboxed(sandbox: Run) -> 
         "UPTIME",
         "RESTARTS",
         "EXPOSURE",
+        "STARTUP",
         "URL",
     ]
     rows = [line.split() for line in table[1:-1]]
@@ -37,7 +38,7 @@ def test_status_table_shows_every_instance_ready_and_sandboxed(sandbox: Run) -> 
     for row in rows:
         assert row[8] == "ready"
         assert float(row[11]) <= 3.0, "systemd-analyze security exposure of the unit"
-        assert row[12:] == [f"http://127.0.0.1:{row[2]}", "(on", f"{row[0]}", "only)"], "bound to loopback: on the host only"
+        assert row[13:] == [f"http://127.0.0.1:{row[2]}", "(on", f"{row[0]}", "only)"], "bound to loopback: on the host only"
     for row in rows[:-1]:
         assert row[5] == "0.5.23" and row[6] == "EAGLE"
     assert table[-1].startswith("A URL marked (on HOST only) listens on that host's loopback: reach it there, e.g. docker exec")

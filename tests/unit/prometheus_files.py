@@ -30,7 +30,11 @@ FIXTURES = ROOT / "tests/fixtures/prometheus"
 # What real exporters answered on /metrics: SGLang 0.5.17 on an H200 (four scrapes, with and without speculative
 # decoding) and the gateway the fleet runs, smg 1.13.0, with two healthy workers and with one of them stopped
 # (tests/recordings/smg-1.13.0/README.md).
-SGLANG_RECORDINGS = sorted((ROOT / "tests/recordings/sglang-0.5.17-h200").glob("metrics.*.txt"))
+SGLANG_RECORDINGS = [
+    *sorted((ROOT / "tests/recordings/sglang-0.5.17-h200").glob("metrics.*.txt")),
+    # after an in-place weight update: sglang:weight_load_duration_seconds (issue 42)
+    ROOT / "tests/recordings/sglang-0.5.17-h100-restarts/servers/cold/metrics.after_update.rev2.txt",
+]
 ROUTER_RECORDINGS = sorted((ROOT / "tests/recordings/smg-1.13.0").glob("metrics.*.txt"))
 # Series Prometheus writes itself for every target; no exporter answers them.
 PROMETHEUS_OWN_SERIES = {"up"}

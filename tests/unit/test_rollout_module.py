@@ -94,8 +94,10 @@ def fake_host(log: list[str], servers: FakeServers, router: bool = True) -> modu
         journal=lambda unit, lines, since=None: f"journal of {unit}",
         routers=[FakeRouter(log)] if router else [],
         running=lambda url: 0,
+        metrics=lambda url: None,
         sleep=sleep,
         clock=lambda: clock[0],
+        now=lambda: clock[0],
     )
 
 
@@ -369,3 +371,31 @@ def test_a_router_an_earlier_release_started_is_managed_with_its_one_key(tmp_pat
     (tmp_path / "router.env").write_text('#\n# Managed by Ansible\n#\nSGLANG_API_KEY="sk-old \\"quoted\\""\n')
     keys = module.router_keys(str(tmp_path / "router.json"), "admin-new", "")
     assert keys == ['sk-old "quoted"', "admin-new"]
+
+
+RECORDED_METRICS = Path(__file__).resolve().parents[1] / "recordings/sglang-0.5.17-h200-fleet/nextn/metrics.txt"
+
+
+def test_each_restarted_instance_reports_its_start_up_and_the_rollouts_stop_to_verified(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    """Issue 42: SGLang's own start-up gauges (as real 0.5.17 exposed them on the H200) and the rollout's own seconds
+    from the restart to verified, per instance."""
+    log: list[str] = []
+    host = fake_host(log, FakeServers(log))
+    clock = [100.0]
+
+    def now() -> float:
+        clock[0] += 7.0
+        return clock[0]
+
+    host.now = now
+    host.metrics = lambda url: RECORDED_METRICS.read_text() if url.endswith(":30000") else None
+    result = module.rollout(host, [instance(30000, tmp_path), instance(30001, tmp_path)], params)
+    first, second = result["restarted"]["sglang-30000"], result["restarted"]["sglang-30001"]
+    assert first["startup"] == {
+        "total": 26.32, "weight_load": 0.17, "kv_cache_allocation": 1.72, "cuda_graph": 0.0, "scheduler": 5.02,
+        "weight_update": None, "weight_update_source": None,
+    }  # fmt: skip
+    assert first["stop_to_verified_seconds"] == 14.0, "restart at one tick, ready the next, verified the one after"
+    assert second["startup"] == {}, "no --enable-metrics: no figures, and nothing fails"

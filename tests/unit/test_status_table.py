@@ -13,7 +13,7 @@ def instance(port: int, remote_url: str = "") -> dict[str, Any]:
         "name": f"sglang-{port}", "port": port, "url": f"http://127.0.0.1:{port}", "remote_url": remote_url,
         "gpus": "0", "model": "tiny-qwen3.5", "version": "0.5.23", "speculative_algorithm": "NGRAM",
         "accept_length": 2.5, "health": "ready", "uptime_seconds": 3720, "restarts": 0, "exposure": 1.7,
-        "active_state": "active",
+        "active_state": "active", "startup": {"total": 26.35, "weight_load": 0.38, "cuda_graph": 0.0},
     }  # fmt: skip
 
 
@@ -34,10 +34,13 @@ def test_every_instance_router_and_gateway_has_a_row_with_a_url_usable_from_here
         "gone": {},
     }
     lines = sglang_status_table(["b200", "gone"], hostvars)
-    assert lines[0].split()[::4] == ["HOST", "MODEL", "HEALTH", "URL"]
+    assert lines[0].split()[::4] == ["HOST", "MODEL", "HEALTH", "STARTUP"]
+    assert lines[0].split()[-1] == "URL"
     rows = [line.split() for line in lines[1:4]]
     assert [(row[1], row[-1]) for row in rows[:1]] == [("sglang-30000", "http://10.0.0.7:30000")]
     assert rows[0][6:10] == ["NGRAM", "2.50", "ready", "1h02m"]
+    assert rows[0][12] == "26.4/0.4/0.0", "SGLang's own start-up: total/weight load/CUDA graphs (issue 42)"
+    assert rows[1][12] == "-", "a router reports none"
     assert rows[1][:3] == ["b200", "router", "30100"] and lines[2].endswith("http://127.0.0.1:30100 (on b200 only)")
     assert rows[2][:3] == ["b200", "gateway", "30200"] and lines[3].endswith("http://10.0.0.7:30200")
     assert lines[4] == "gone: no status (unreachable, or preflight of the plan failed)"

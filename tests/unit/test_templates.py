@@ -466,3 +466,70 @@ def test_the_metrics_exporter_binds_its_own_address_and_by_default_the_clients_o
     assert argv()[argv().index("--prometheus-host") :] == ["--prometheus-host", "0.0.0.0", "--prometheus-port", metrics]
     assert argv(**{f"{serving}_prometheus_host": "10.9.8.7"})[1] == "0.0.0.0", "clients still reach the serving address"
     assert "10.9.8.7" in argv(**{f"{serving}_prometheus_host": "10.9.8.7"})
+
+
+def test_every_instance_keeps_its_kernel_caches_in_the_persistent_cache_dir(plan: Plan) -> None:
+    """Issue 42: each library's cache in its own folder of sglang_server_cache_dir, in every instance's environment,
+    and the folder writable in the sandbox (ProtectSystem=strict makes /var/cache read-only otherwise)."""
+    role_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
+    native = NativeEnvironment()
+    native.filters.update(CoreFilters().filters())
+    context: dict[str, Any] = {
+        "sglang_server_cache_dir": "/srv/kcache",
+        "sglang_server_home": "/var/lib/sglang",
+        "cuda_environment": {"CUDA_HOME": "/usr/local/cuda"},
+        "sglang_runtime": {"environment": {}},
+    }
+    context["_sglang_server_cache_environment"] = {
+        name: native.from_string(value).render(**context) for name, value in role_vars["_sglang_server_cache_environment"].items()
+    }
+    base: Any = native.from_string(role_vars["_sglang_server_base_environment"]).render(**context)
+    assert {
+        name: base[name]
+        for name in (
+            "SGLANG_JIT_CACHE_DIR",
+            "TVM_FFI_CACHE_DIR",
+            "TRITON_CACHE_DIR",
+            "FLASHINFER_WORKSPACE_BASE",
+            "DG_JIT_CACHE_DIR",
+            "TORCHINDUCTOR_CACHE_DIR",
+        )
+    } == {
+        "SGLANG_JIT_CACHE_DIR": "/srv/kcache/sglang-jit",
+        "TVM_FFI_CACHE_DIR": "/srv/kcache/tvm-ffi",
+        "TRITON_CACHE_DIR": "/srv/kcache/triton",
+        "FLASHINFER_WORKSPACE_BASE": "/srv/kcache/flashinfer",
+        "DG_JIT_CACHE_DIR": "/srv/kcache/deep_gemm",
+        "TORCHINDUCTOR_CACHE_DIR": "/srv/kcache/inductor",
+    }
+    instance = plan("b200")["instances"][0]
+    lines = unit_lines(render("sglang.service.j2", sglang_server_instance=instance, sglang_server_cache_dir="/srv/kcache"))
+    assert lines["ReadWritePaths"].split() == ["/var/lib/sglang", "-/srv/kcache"], "'-': preflight runs before it exists"
+
+
+@pytest.mark.parametrize(
+    ("path", "cause"),
+    [
+        ("/tmp/sglang-cache", "PrivateTmp=yes"),
+        ("/var/tmp/sglang", "PrivateTmp=yes"),
+        ("/home/sglang/.cache", "ProtectHome=yes"),
+        ("/root/.cache", "ProtectHome=yes"),
+        ("/run/sglang", "tmpfs"),
+        ("/dev/shm/sglang", "tmpfs"),
+    ],
+)
+def test_a_cache_dir_that_a_restart_or_reboot_empties_is_warned_about(path: str, cause: str) -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import sglang_cache_dir_warnings
+
+    (warning,) = sglang_cache_dir_warnings(path, "b200")
+    assert warning.startswith(f"b200: sglang_server_cache_dir={path}: ") and cause in warning and "; fix: " in warning
+
+
+def test_a_persistent_cache_dir_is_not_warned_about_unless_a_tmpfs_is_mounted_there() -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import sglang_cache_dir_warnings
+
+    assert sglang_cache_dir_warnings("/var/cache/sglang", "b200") == []
+    assert sglang_cache_dir_warnings("/var/lib/sglang/cache", "b200") == []
+    assert sglang_cache_dir_warnings("/tmpfoo/cache", "b200") == []
+    (warning,) = sglang_cache_dir_warnings("/var/cache/sglang", "b200", tmpfs=["/run", "/var/cache"])
+    assert "/var/cache is a tmpfs mount" in warning

@@ -140,9 +140,17 @@ class ServerFacts:
     speculative: bool = False
     hicache_host_total_tokens: int | None = None  # None: no --enable-hierarchical-cache
     startup_time: Mapping[str, float] = field(default_factory=dict)
+    weight_load_seconds: float | None = None  # set by /update_weights_from_disk; absent until then
     http_requests: Mapping[tuple[str, str], int] = field(default_factory=dict)
     http_responses: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
     http_active: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+
+_WEIGHT_LOAD_HELP = (
+    "Wall time of the most recent update_weights_from_<source> call on this scheduler rank (seconds). "
+    "`source` label is one of: disk, distributed, tensor, ipc. Event-detection via changes(...[<range>]) > 0 "
+    "— no separate counter needed."
+)
 
 
 def _escape(value: str) -> str:
@@ -319,6 +327,10 @@ def _render(c: Counters, info: ServerFacts) -> str:
         edges = [*(str(e) for e in _ROUTING_EDGES[1:]), "+Inf"]
         for low, high in zip(_ROUTING_EDGES, edges, strict=True):
             out.sample(name, [*rank, ("gt", str(low)), ("le", high)], 0)
+    if info.weight_load_seconds is not None:
+        out.family("weight_load_duration_seconds", "gauge", _WEIGHT_LOAD_HELP)
+        labels = [*rank[:4], ("source", "disk"), rank[4]]
+        out.sample("weight_load_duration_seconds", labels, info.weight_load_seconds)
 
     per_kind = [[*short, ("is_streaming", kind)] for kind in kinds]
     out.family("time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from . import metrics, responses
+from . import metrics, responses, weights
 from .cache_pools import hicache_host_tokens
 from .checks import Plan
 from .engine import CHAT_REPLY_TOKENS, Engine, Result, count_prompt_tokens
@@ -85,6 +85,10 @@ class App:
     # A multimodal model whose tokenizer has no chat template and no --chat-template (launcher.py): every
     # chat completion is refused, as real SGLang's warm-up was.
     chat_template_missing: bool = False
+    # The latest /update_weights_from_disk's wall time (weight_load_duration_seconds{source="disk"}), and
+    # what ends the server when an update kills its scheduler (launcher.py: SGLang's SIGQUIT handler).
+    weight_load_seconds: float | None = None
+    on_scheduler_crash: Callable[[], None] | None = None
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -143,6 +147,7 @@ def route_table(version: str, enable_metrics: bool) -> dict[str, dict[str, str]]
         "/v1/chat/completions": {"POST": "chat_completions"},
         "/v1/completions": {"POST": "completions"},
         "/v1/loads": {"GET": "loads"},
+        "/update_weights_from_disk": {"POST": "update_weights_from_disk"},
     }
     if responses.is_legacy(version):
         routes["/get_load"] = {"GET": "get_load"}  # gone in 0.5.23
@@ -388,6 +393,41 @@ class Handler(BaseHTTPRequestHandler):
         )
         self.model_info()
 
+    def update_weights_from_disk(self) -> None:
+        """weights.py: the new revision's weights in place (the draft's too), or the recorded failures."""
+        body = self._body()
+        if not isinstance(body, dict) or not isinstance(body.get("model_path"), str):
+            raise BadRequestError(
+                {"detail": [{"type": "missing", "loc": ["body", "model_path"], "msg": "Field required"}]}, 422
+            )
+        app, started = self.app, time.perf_counter()
+        version = body.get("weight_version")
+        app.log.info("Start update_weights. Load format=%s", body.get("load_format") or "auto")
+        for _ in range(2 if app.speculative else 1):  # the target, then the draft worker (same model_path)
+            app.log.info("Update engine weights online from disk begin. avail mem=%.2f GB", 75.97)
+            outcome = weights.update_from_disk(body["model_path"], None if version is None else str(version))
+            if outcome.status != 200:
+                break
+            app.log.info("Update weights end.")
+        app.weight_load_seconds = time.perf_counter() - started
+        if outcome.crash:
+            app.log.error("Scheduler hit an exception: Traceback (most recent call last):")
+            app.log.error("safetensors._safetensors_rust.SafetensorError: %s", outcome.message)
+            app.log.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+            if app.on_scheduler_crash is not None:
+                app.on_scheduler_crash()  # does not return
+            return
+        if outcome.status == 200:
+            with app.lock:
+                app.settings["model_path"] = body["model_path"]
+                if version is not None:
+                    app.settings["weight_version"] = str(version)
+            app.log.info("Cache flushed successfully!")
+        else:
+            app.log.error("%s", outcome.message)
+        self._send_json(outcome.status, {"success": outcome.status == 200, "message": outcome.message,
+                                         "num_paused_requests": 0})  # fmt: skip
+
     def server_info(self) -> None:
         app = self.app
         self._send_json(
@@ -480,6 +520,7 @@ class Handler(BaseHTTPRequestHandler):
                     app.settings, plan.model, plan.max_total_num_tokens
                 ),
                 startup_time={k: v for k, v in app.startup_time.items() if isinstance(v, (int, float))},
+                weight_load_seconds=app.weight_load_seconds,
                 http_requests=requests,
                 http_responses=answered,
                 http_active={key: int(key == ("/metrics", "GET")) for key in requests},

@@ -1,0 +1,119 @@
+"""Whether a running instance can take its new configuration without a restart (issue 42), decided from files alone.
+
+A new model revision is applied in place, with SGLang's POST /update_weights_from_disk (0.5.17 and 0.5.23), exactly
+when everything else stays as it is:
+
+* the new unit's command line differs from the last verified one only in the values of --model-path and of
+  --speculative-draft-model-path / --tokenizer-path where they named the same directory: another revision directory
+  (`<root>/<org>--<name>/<revision>`) of the same repository;
+* the environment file and the key file are byte for byte the last verified ones;
+* the new revision's config.json is the old one's (architecture, shapes, MTP layers), and its safetensors shards hold
+  the same tensors with the same shapes and dtypes (so the parallel layout and the speculative setup are unchanged);
+* every shard of the new revision is whole (SGLang 0.5.17 kills the server when a shard is cut short: recorded,
+  tests/recordings/sglang-0.5.17-h100-restarts).
+
+Everything else (a flag, an environment value, the key, another model, a shape change) restarts the instance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokenizer-path")
+
+
+def exec_start(unit_text: str) -> list[str] | None:
+    """The ExecStart= command line of a unit the fleet wrote (systemd_exec_quote), as words; None without one."""
+    for line in unit_text.splitlines():
+        if line.startswith("ExecStart="):
+            words = shlex.split(line[len("ExecStart=") :])
+            return [word.replace("$$", "$").replace("%%", "%") for word in words]
+    return None
+
+
+def _value(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv and argv.index(flag) + 1 < len(argv) else None
+
+
+def revision_change(old_argv: list[str], new_argv: list[str]) -> tuple[str, str] | None:
+    """(old model directory, new one) when the two command lines differ only in the model's revision directory."""
+    old, new = _value(old_argv, "--model-path"), _value(new_argv, "--model-path")
+    if not old or not new or old == new or len(old_argv) != len(new_argv):
+        return None
+    if os.path.dirname(old.rstrip("/")) != os.path.dirname(new.rstrip("/")):
+        return None  # another repository (or a local source of another name)
+    for index, (before, after) in enumerate(zip(old_argv, new_argv, strict=True)):
+        if before == after:
+            continue
+        if index == 0 or old_argv[index - 1] not in PATH_FLAGS or (before, after) != (old, new):
+            return None
+    return old, new
+
+
+def shard_layout(path: str) -> dict[str, Any] | None:
+    """A safetensors shard's tensors (name -> dtype and shape), None when its header or data is cut short."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(8)
+            (length,) = struct.unpack("<Q", raw)
+            header = json.loads(handle.read(length))
+        size = os.path.getsize(path)
+    except (OSError, ValueError, struct.error):
+        return None
+    tensors = {name: t for name, t in header.items() if name != "__metadata__" and isinstance(t, dict)}
+    end = max((int(t["data_offsets"][1]) for t in tensors.values()), default=0)
+    if size != 8 + length + end:
+        return None
+    return {name: [t.get("dtype"), t.get("shape")] for name, t in tensors.items()}
+
+
+def model_layout(directory: str) -> dict[str, Any] | None:
+    """config.json and every shard's tensors of a model directory; None when a file is missing or a shard is cut."""
+    try:
+        with open(os.path.join(directory, "config.json"), encoding="utf-8") as handle:
+            config = json.load(handle)
+        shards = sorted(name for name in os.listdir(directory) if name.endswith(".safetensors"))
+    except (OSError, ValueError):
+        return None
+    tensors: dict[str, Any] = {}
+    for shard in shards:
+        layout = shard_layout(os.path.join(directory, shard))
+        if layout is None:
+            return None
+        tensors.update(layout)
+    return {"config": config, "tensors": tensors} if tensors else None
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def in_place_revision(instance: Mapping[str, Any]) -> dict[str, str] | None:
+    """{'from': old dir, 'to': new dir, 'weight_version': the new revision} when the instance's new files (written,
+    not yet running) differ from its last verified ones only in a revision of the same model whose layout is the
+    same (the module's docstring); None when it must restart."""
+    pairs = instance["files"]["last_good"]
+    unit, unit_good = pairs[0]
+    new_text, old_text = _read(unit), _read(unit_good)
+    if new_text is None or old_text is None:
+        return None
+    for current, last_good in pairs[1:]:
+        if _read(current) != _read(last_good):
+            return None
+    new_argv, old_argv = exec_start(new_text.decode()), exec_start(old_text.decode())
+    change = revision_change(old_argv or [], new_argv or [])
+    if change is None:
+        return None
+    old_layout, new_layout = model_layout(change[0]), model_layout(change[1])
+    if old_layout is None or new_layout is None or old_layout != new_layout:
+        return None
+    return {"from": change[0], "to": change[1], "weight_version": os.path.basename(change[1].rstrip("/"))}
