@@ -122,7 +122,7 @@ def test_architectures_across_versions(support_tables: list[dict[str, Any]], mod
 def test_tables_given_by_their_files_plan_as_the_tables_themselves(
     support_tables: list[dict[str, Any]], model_facts: dict[str, Any]
 ) -> None:
-    """The role gives the filter the tables' paths (_sglang_plan_support_tables); it reads them, the same tables."""
+    """The action gives the filter the tables' paths (the role's files/sglang-*.json); it reads them, the same tables."""
     from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
     from conftest import host_facts, plan_settings
 
@@ -151,7 +151,7 @@ def test_unknown_version_is_one_problem(plan: Plan) -> None:
 
 
 def test_missing_constraints_file(plan: Plan) -> None:
-    (problem,) = plan("ct129", sglang_version="0.5.17", _sglang_plan_constraints_versions=["0.5.23"])["problems"]
+    (problem,) = plan("ct129", sglang_version="0.5.17", versions=["0.5.23"])["problems"]
     assert problem.startswith('ct129 host: sglang_version="0.5.17": roles/sglang_venv/files/constraints-0.5.17.txt is missing')
 
 
