@@ -1,0 +1,72 @@
+"""Ansible filters that derive a role's settings from its plain variables in Python: one template each in the role's
+vars, not a structure of templates that Ansible compiles field by field whenever a task reads it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import unique
+
+
+def _router_process(kind: str, spec: Mapping[str, Any], description: str, **members: Any) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "enabled": spec["enabled"],
+        "unit": spec["unit"],
+        "url": spec["url"],
+        "port": spec["port"],
+        "keys_file": spec["keys_file"],
+        "description": description,
+        "workers_file": spec["workers_file"],
+        **members,
+        "argv": [
+            "--host", spec["host"], "--port", str(spec["port"]),
+            "--prometheus-host", spec["host"], "--prometheus-port", str(spec["prometheus_port"]),
+        ],
+    }  # fmt: skip
+
+
+def sglang_router_processes(instances: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The host's sglang-router processes, each a systemd service with its own port, keys file and workers: the host's
+    router (`settings.router`: in front of its own `instances`) and the fleet gateway (`settings.gateway`, in front of
+    `settings.gateway_members`: every host's instances). Each of `router` and `gateway` gives enabled, unit, url, host,
+    port, prometheus_port, keys_file and workers_file. `displaced`: the units a new shape stops first (role sglang_plan:
+    sglang_reshape), drained from every process that routes to them; a process in front of more than one model
+    (`gateway_models`: the fleet's) runs sglang-router's multi-model mode (`by_model`)."""
+    router, gateway = settings["router"], settings["gateway"]
+    urls = [instance["url"] for instance in instances]
+    names = [instance["served_model_name"] for instance in instances]
+    displaced = settings.get("displaced") or []
+    members: Mapping[str, Any] = (settings.get("gateway_members") or {}) if gateway["enabled"] else {}
+    return [
+        _router_process(
+            "router",
+            router,
+            f"SGLang router on port {router['port']} in front of {len(instances)} instance(s)",
+            after=[instance["unit"] for instance in instances],
+            by_model=bool(router["enabled"]) and len(unique(names)) > 1,
+            workers=urls,
+            models=dict(zip(urls, names, strict=True)),
+            keep=[],
+            displaced=[instance["url"] for instance in instances if instance["unit"] in displaced],
+        ),
+        _router_process(
+            "gateway",
+            gateway,
+            f"SGLang fleet gateway on port {gateway['port']} in front of the fleet's instances",
+            after=[],
+            by_model=bool(gateway["enabled"]) and len(settings.get("gateway_models") or []) > 1,
+            workers=members.get("workers", []),
+            keep=members.get("keep", []),
+            models=members.get("models", {}),
+            displaced=members.get("displaced", []),
+        ),
+    ]
+
+
+class FilterModule:
+    """Ansible entry point."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {"sglang_router_processes": sglang_router_processes}

@@ -1,0 +1,88 @@
+"""Role settings derived in Python (plugins/filter/sglang_role_settings.py) instead of structures of templates in the
+roles' vars."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_router_processes
+from fleet import ROOT
+
+INSTANCES = [
+    {"unit": "sglang-30000.service", "url": "http://127.0.0.1:30000", "served_model_name": "qwen"},
+    {"unit": "sglang-30001.service", "url": "http://127.0.0.1:30001", "served_model_name": "qwen"},
+]
+
+
+def settings(**overrides: Any) -> dict[str, Any]:
+    def process(kind: str, enabled: bool, port: int) -> dict[str, Any]:
+        return {
+            "enabled": enabled, "unit": f"sglang-{kind}.service", "url": f"http://127.0.0.1:{port}", "host": "127.0.0.1",
+            "port": port, "prometheus_port": port + 1, "keys_file": f"/etc/s/{kind}.json",
+            "workers_file": f"/var/lib/sglang/{kind}-workers.json",
+        }  # fmt: skip
+
+    return {
+        "router": process("router", True, 30080),
+        "gateway": process("gateway", False, 30090),
+        "displaced": [],
+        "gateway_members": {},
+        "gateway_models": [],
+        **overrides,
+    }
+
+
+def test_the_host_s_router_fronts_its_instances() -> None:
+    router, gateway = sglang_router_processes(INSTANCES, settings())
+    assert router == {
+        "kind": "router",
+        "enabled": True,
+        "unit": "sglang-router.service",
+        "url": "http://127.0.0.1:30080",
+        "port": 30080,
+        "keys_file": "/etc/s/router.json",
+        "description": "SGLang router on port 30080 in front of 2 instance(s)",
+        "workers_file": "/var/lib/sglang/router-workers.json",
+        "after": ["sglang-30000.service", "sglang-30001.service"],
+        "by_model": False,
+        "workers": ["http://127.0.0.1:30000", "http://127.0.0.1:30001"],
+        "models": {"http://127.0.0.1:30000": "qwen", "http://127.0.0.1:30001": "qwen"},
+        "keep": [],
+        "displaced": [],
+        "argv": ["--host", "127.0.0.1", "--port", "30080", "--prometheus-host", "127.0.0.1", "--prometheus-port", "30081"],
+    }
+    assert gateway["kind"] == "gateway" and gateway["enabled"] is False
+    assert (gateway["workers"], gateway["keep"], gateway["models"], gateway["displaced"]) == ([], [], {}, [])
+
+
+def test_several_models_and_a_reshape() -> None:
+    two_models = [INSTANCES[0], {**INSTANCES[1], "served_model_name": "llama"}]
+    (router, _gateway) = sglang_router_processes(two_models, settings(displaced=["sglang-30001.service"]))
+    assert router["by_model"] is True, "in front of two models: the multi-model mode"
+    assert router["displaced"] == ["http://127.0.0.1:30001"], "the instance a new shape stops first is drained"
+    disabled = settings(router={**settings()["router"], "enabled": False})
+    assert sglang_router_processes(two_models, disabled)[0]["by_model"] is False
+
+
+def test_the_gateway_takes_its_members_only_where_it_runs() -> None:
+    members = {
+        "workers": ["http://10.0.0.2:30000"],
+        "keep": ["10.0.0.9"],
+        "models": {"http://10.0.0.2:30000": "q"},
+        "displaced": [],
+    }
+    enabled = {**settings()["gateway"], "enabled": True}
+    _router, gateway = sglang_router_processes(
+        INSTANCES, settings(gateway=enabled, gateway_members=members, gateway_models=["q", "l"])
+    )
+    assert (gateway["workers"], gateway["keep"], gateway["models"]) == (members["workers"], ["10.0.0.9"], members["models"])
+    assert gateway["by_model"] is True and gateway["after"] == []
+    assert gateway["description"] == "SGLang fleet gateway on port 30090 in front of the fleet's instances"
+    _router, off = sglang_router_processes(INSTANCES, settings(gateway_members=members, gateway_models=["q", "l"]))
+    assert (off["workers"], off["by_model"]) == ([], False), "a host that runs no gateway registers nothing"
+
+
+def test_the_role_derives_its_processes_with_the_filter() -> None:
+    role_vars = yaml.safe_load((ROOT / "roles/sglang_router/vars/main.yml").read_text())
+    assert "sglang.fleet.sglang_router_processes(" in role_vars["_sglang_router_processes"]
