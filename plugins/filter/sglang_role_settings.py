@@ -1,8 +1,9 @@
 """Ansible filters that derive a role's settings from its plain variables in Python: one template each in the role's
-vars, not a structure of templates that Ansible compiles field by field whenever a task reads it."""
+vars, not a structure or chain of templates that Ansible compiles part by part whenever a task reads it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -65,8 +66,37 @@ def sglang_router_processes(instances: Sequence[Mapping[str, Any]], settings: Ma
     ]
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(number) for number in re.findall(r"\d+", text))
+
+
+def sglang_venv_python(
+    python: str,
+    known: Mapping[str, str],
+    asked: Mapping[str, Any] | None,
+    install: bool,
+    distribution: str,
+) -> dict[str, Any]:
+    """The Python that builds the venv: how `python` (sglang_venv_python) answered (`answer`: rc and stdout, as the
+    plan's probe found it among `known`, the host's Python versions by name, else as preflight `asked` it), its
+    version (`found`, "3.12"), whether python3.11 is installed to build it instead (`installs`: with `install`,
+    sglang_venv_python_install, on Ubuntu, where `found` is a Python 3 older than 3.11), the interpreter that builds it,
+    its wheel tag ("312") and the version its site-packages are named by (`minor`)."""
+    answer = {"rc": 0, "stdout": known[python]} if python in known else dict(asked or {})
+    found = str(answer.get("stdout") or "").strip()
+    installs = bool(install) and distribution == "Ubuntu" and (3, 0) <= _version(found) < (3, 11)
+    return {
+        "answer": answer,
+        "found": found,
+        "installs": installs,
+        "interpreter": "/usr/bin/python3.11" if installs else python,
+        "tag": "311" if installs else "".join((found or "3.11").split(".")),
+        "minor": "3.11" if installs else found,
+    }
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"sglang_router_processes": sglang_router_processes}
+        return {"sglang_router_processes": sglang_router_processes, "sglang_venv_python": sglang_venv_python}

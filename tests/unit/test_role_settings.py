@@ -86,3 +86,32 @@ def test_the_gateway_takes_its_members_only_where_it_runs() -> None:
 def test_the_role_derives_its_processes_with_the_filter() -> None:
     role_vars = yaml.safe_load((ROOT / "roles/sglang_router/vars/main.yml").read_text())
     assert "sglang.fleet.sglang_router_processes(" in role_vars["_sglang_router_processes"]
+
+
+def test_the_venv_s_python_as_the_probe_found_it() -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_venv_python
+
+    assert sglang_venv_python("python3", {"python3": "3.12"}, {"skipped": True}, True, "Ubuntu") == {
+        "answer": {"rc": 0, "stdout": "3.12"},
+        "found": "3.12",
+        "installs": False,
+        "interpreter": "python3",
+        "tag": "312",
+        "minor": "3.12",
+    }
+    older = sglang_venv_python("python3", {"python3": "3.10"}, {}, True, "Ubuntu")
+    assert (older["installs"], older["interpreter"], older["tag"], older["minor"]) == (True, "/usr/bin/python3.11", "311", "3.11")
+    assert sglang_venv_python("python3", {"python3": "3.10"}, {}, False, "Ubuntu")["installs"] is False, "not asked to"
+    assert sglang_venv_python("python3", {"python3": "3.10"}, {}, True, "Debian")["installs"] is False, "Ubuntu only"
+    assert sglang_venv_python("python3", {"python3": "2.7"}, {}, True, "Ubuntu")["installs"] is False, "not a Python 3"
+
+
+def test_a_python_the_probe_did_not_know_is_as_preflight_asked_it() -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_venv_python
+
+    asked = {"rc": 0, "stdout": "3.11\n", "stderr": ""}
+    found = sglang_venv_python("/opt/py/bin/python", {"python3": "3.12"}, asked, True, "Ubuntu")
+    assert (found["answer"], found["found"], found["installs"], found["tag"]) == (asked, "3.11", False, "311")
+    missing = sglang_venv_python("python9", {}, {"rc": 2, "msg": "No such file"}, True, "Ubuntu")
+    assert (missing["found"], missing["installs"], missing["tag"], missing["interpreter"]) == ("", False, "311", "python9")
+    assert missing["answer"]["rc"] == 2, "the failed answer reaches the checks, which name the variable"
