@@ -95,8 +95,23 @@ def sglang_venv_python(
     }
 
 
+def sglang_wheelhouse_pins(path: str, fallback: Sequence[str]) -> list[str]:
+    """Every wheel a wheelhouse pinned (its requirements file at `path` on the control node, each requirement line
+    reduced to `name==version`), or `fallback` (the top-level pins) where this control node has no such file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read().rstrip()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return list(fallback)
+    return [re.sub(r"^(\S+==[^\s;]+).*$", r"\1", line) for line in text.splitlines() if re.match(r"[A-Za-z0-9]", line)]
+
+
 class FilterModule:
     """Ansible entry point."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"sglang_router_processes": sglang_router_processes, "sglang_venv_python": sglang_venv_python}
+        return {
+            "sglang_router_processes": sglang_router_processes,
+            "sglang_venv_python": sglang_venv_python,
+            "sglang_wheelhouse_pins": sglang_wheelhouse_pins,
+        }

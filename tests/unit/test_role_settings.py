@@ -115,3 +115,21 @@ def test_a_python_the_probe_did_not_know_is_as_preflight_asked_it() -> None:
     missing = sglang_venv_python("python9", {}, {"rc": 2, "msg": "No such file"}, True, "Ubuntu")
     assert (missing["found"], missing["installs"], missing["tag"], missing["interpreter"]) == ("", False, "311", "python9")
     assert missing["answer"]["rc"] == 2, "the failed answer reaches the checks, which name the variable"
+
+
+def test_the_wheelhouse_s_pins_or_the_top_level_ones(tmp_path: Any) -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_wheelhouse_pins
+
+    requirements = tmp_path / "requirements-hashed.txt"
+    requirements.write_text(
+        "# pinned by sglang_venv_wheel_hashes\n"
+        "sglang==0.5.23 --hash=sha256:aa\n"
+        "torch==2.9.1 ; platform_machine == 'x86_64' --hash=sha256:bb\n"
+        "    --hash=sha256:cc\n"
+        "smg==1.13.0\n\n"
+    )
+    assert sglang_wheelhouse_pins(str(requirements), ["sglang==0.5.23"]) == ["sglang==0.5.23", "torch==2.9.1", "smg==1.13.0"]
+    assert sglang_wheelhouse_pins(str(tmp_path / "absent.txt"), ["sglang==0.5.23", "smg==1.13.0"]) == [
+        "sglang==0.5.23",
+        "smg==1.13.0",
+    ]
