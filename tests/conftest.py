@@ -37,7 +37,7 @@ def support_tables() -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in sorted((ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))]
 
 
-def plan_settings(host: str, versions: list[str] | None = None, **overrides: Any) -> dict[str, Any]:
+def plan_settings(host: str, *, versions: list[str] | None = None, **overrides: Any) -> dict[str, Any]:
     """The plan's settings as the action sglang_plan gathers them for a production host (plugin_utils/plan_settings.py),
     with variables overridden (and `versions`, those with a constraints file). The host serves the stand-in of
     production's model by its path (as Molecule's hosts do: inventory/sandbox/group_vars/all.yml)."""

@@ -148,7 +148,7 @@ def test_check_mode_reports_without_writing(tmp_path: Path) -> None:
 def test_a_file_that_is_no_lock_is_refused(tmp_path: Path) -> None:
     lock = tmp_path / "model-lock.yml"
     lock.write_text("- a list\n")
-    with pytest.raises(ms.ModelSourceError, match="not a lock file"):
+    with pytest.raises(ml.ModelSourceError, match="not a lock file"):
         ml.write_lock(str(lock), "m@1", {})
     assert lock.read_text() == "- a list\n"
 
@@ -156,7 +156,7 @@ def test_a_file_that_is_no_lock_is_refused(tmp_path: Path) -> None:
 def test_a_hand_broken_entry_is_refused_not_rewritten(tmp_path: Path) -> None:
     lock = tmp_path / "model-lock.yml"
     lock.write_text("models:\n  other@1:\n    files:\n      a.json: {size: 1}\n")
-    with pytest.raises(ms.ModelSourceError, match=r"entry other@1: a\.json: the lock entry has no SHA-256"):
+    with pytest.raises(ml.ModelSourceError, match=r"entry other@1: a\.json: the lock entry has no SHA-256"):
         ml.write_lock(str(lock), "m@1", {"b.json": {"size": 1, "sha256": "0" * 64}})
 
 
@@ -172,7 +172,7 @@ def test_the_directory_s_files_leave_git_out_and_apply_the_patterns(local_source
 
 
 def test_a_missing_directory_is_an_error(local_source: dict[str, Any]) -> None:
-    with pytest.raises(ms.ModelSourceError, match="is not a directory on the control node"):
+    with pytest.raises(ml.ModelSourceError, match="is not a directory on the control node"):
         ms.remote_files({**local_source, "src": "/nonexistent/model"})
 
 
@@ -393,7 +393,7 @@ def test_a_server_that_does_not_answer_is_tried_once(mirror: Any, tmp_path: Path
     assert result.problems["a.json"].endswith("(ConnectError: [Errno 111] Connection refused)")
     assert result.problems["b.json"].startswith("b.json: not fetched: the source did not answer for an earlier file (")
     assert len(waits) == 5, "only the first file was retried"
-    with pytest.raises(ms.ModelSourceError, match="ConnectError: \\[Errno 111\\] Connection refused"):
+    with pytest.raises(ml.ModelSourceError, match="ConnectError: \\[Errno 111\\] Connection refused"):
         ms.remote_files(source, "http://127.0.0.1:9")
 
 
@@ -408,7 +408,7 @@ def test_a_link_out_of_the_source_directory_is_refused_and_never_read(
     secret.parent.mkdir(parents=True)
     secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
     (model_dir / "tokenizer_config.json").symlink_to(secret)
-    with pytest.raises(ms.ModelSourceError) as raised:
+    with pytest.raises(ml.ModelSourceError) as raised:
         ms.remote_files(local_source)
     message = str(raised.value)
     assert message.startswith("Tiny-Model@2026-11-30: tokenizer_config.json: its real path ")
@@ -423,7 +423,7 @@ def test_a_directory_linked_from_outside_is_refused_file_by_file(
     elsewhere.mkdir()
     (elsewhere / "a.json").write_text("{}")
     (model_dir / "linked").symlink_to(elsewhere)
-    with pytest.raises(ms.ModelSourceError, match=r"linked/a\.json: its real path .* is outside src"):
+    with pytest.raises(ml.ModelSourceError, match=r"linked/a\.json: its real path .* is outside src"):
         ms.remote_files(local_source)
 
 

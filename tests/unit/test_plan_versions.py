@@ -127,7 +127,8 @@ def test_tables_given_by_their_files_plan_as_the_tables_themselves(
     from conftest import host_facts, plan_settings
 
     paths = [str(path) for path in sorted((ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))]
-    for version, variables in (("0.5.23", {}), ("0.5.17", {"sglang_environment": {"SGLANG_ENABLE_SPEC_V2": "1"}})):
+    cases: list[tuple[str, dict[str, Any]]] = [("0.5.23", {}), ("0.5.17", {"sglang_environment": {"SGLANG_ENABLE_SPEC_V2": "1"}})]
+    for version, variables in cases:
         settings = plan_settings("b200", sglang_version=version, **variables)
         facts = host_facts("b200", model_facts)
         by_path = sglang_plan(settings, facts, paths)
