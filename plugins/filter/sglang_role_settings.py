@@ -3,6 +3,7 @@ vars, not a structure or chain of templates that Ansible compiles part by part w
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -106,6 +107,18 @@ def sglang_wheelhouse_pins(path: str, fallback: Sequence[str]) -> list[str]:
     return [re.sub(r"^(\S+==[^\s;]+).*$", r"\1", line) for line in text.splitlines() if re.match(r"[A-Za-z0-9]", line)]
 
 
+def sglang_wheelhouse_dir(
+    cache: str, version: str, tag: str, architecture: str, glibc_minor: int, constraints: str, packages: Sequence[str]
+) -> str:
+    """The control node's wheelhouse for a host: one per SGLang `version`, Python wheel `tag`, `architecture` and glibc
+    (`glibc_minor`: wheels for manylinux_2_17 up to the host's), named also by the pins (the `constraints` file's text and the
+    top-level `packages`): changing either builds a new one. The same name the role's templates gave it."""
+    with open(constraints, encoding="utf-8") as handle:
+        pinned = handle.read().rstrip() + " ".join(packages)
+    pins = hashlib.sha256(pinned.encode("utf-8")).hexdigest()
+    return f"{cache}/sglang-{version}-cp{tag}-{architecture}-glibc2.{int(glibc_minor)}-{pins[:12]}"
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -114,4 +127,5 @@ class FilterModule:
             "sglang_router_processes": sglang_router_processes,
             "sglang_venv_python": sglang_venv_python,
             "sglang_wheelhouse_pins": sglang_wheelhouse_pins,
+            "sglang_wheelhouse_dir": sglang_wheelhouse_dir,
         }

@@ -133,3 +133,18 @@ def test_the_wheelhouse_s_pins_or_the_top_level_ones(tmp_path: Any) -> None:
         "sglang==0.5.23",
         "smg==1.13.0",
     ]
+
+
+def test_the_wheelhouse_keeps_the_name_the_role_s_templates_gave_it() -> None:
+    """The same name as `(lookup('file', constraints) ~ packages | join(' ')) | hash('sha256')` in the role's vars gave
+    it: a new name would build every control node's wheelhouse (gigabytes) again."""
+    from ansible.plugins.filter.core import FilterModule
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_wheelhouse_dir
+
+    constraints = ROOT / "roles/sglang_venv/files/constraints-0.5.23.txt"
+    packages = ["sglang==0.5.23", "smg==1.13.0"]
+    digest = FilterModule().filters()["hash"](constraints.read_text().rstrip() + " ".join(packages), "sha256")
+    expected = f"/cache/sglang-0.5.23-cp312-x86_64-glibc2.35-{digest[:12]}"
+    assert sglang_wheelhouse_dir("/cache", "0.5.23", "312", "x86_64", 35, str(constraints), packages) == expected
+    other = sglang_wheelhouse_dir("/cache", "0.5.23", "312", "x86_64", 35, str(constraints), ["sglang==0.5.23"])
+    assert other != expected, "other pins: another wheelhouse"
