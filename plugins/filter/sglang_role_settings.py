@@ -8,7 +8,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.filter.systemd import systemd_hardening
 from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import unique
+
+# What every instance unit may open besides its GPUs' nodes (filter sglang_server_unit_properties adds those).
+NVIDIA_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
 def _router_process(kind: str, spec: Mapping[str, Any], description: str, **members: Any) -> dict[str, Any]:
@@ -119,6 +123,27 @@ def sglang_wheelhouse_dir(
     return f"{cache}/sglang-{version}-cp{tag}-{architecture}-glibc2.{int(glibc_minor)}-{pins[:12]}"
 
 
+def sglang_server_sandbox(user: str, group: str, home: str, read_write_paths: Sequence[str]) -> list[str]:
+    """The instance units' account, limits and device policy, then the sandbox every fleet unit shares (filter
+    systemd_hardening: writable only `home` and `read_write_paths`), one "Key=value" each: the unit renders them and
+    preflight's CUDA check runs under the same list (systemd-run --property)."""
+    return [
+        f"User={user}",
+        f"Group={group}",
+        f"WorkingDirectory={home}",
+        "LimitNOFILE=65536",
+        "UMask=0027",
+        "DevicePolicy=closed",
+        *(f"DeviceAllow={device} rw" for device in NVIDIA_CONTROL_DEVICES),
+        *systemd_hardening([home, *read_write_paths]),
+    ]
+
+
+def sglang_server_environment(cuda: Mapping[str, str], home: str, runtime: Mapping[str, str]) -> dict[str, str]:
+    """The environment of every instance: CUDA's (`cuda`), the service's home and Hugging Face's, then the runtime's."""
+    return {**cuda, "HOME": home, "HF_HOME": f"{home}/huggingface", **runtime}
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -128,4 +153,6 @@ class FilterModule:
             "sglang_venv_python": sglang_venv_python,
             "sglang_wheelhouse_pins": sglang_wheelhouse_pins,
             "sglang_wheelhouse_dir": sglang_wheelhouse_dir,
+            "sglang_server_sandbox": sglang_server_sandbox,
+            "sglang_server_environment": sglang_server_environment,
         }

@@ -148,3 +148,37 @@ def test_the_wheelhouse_keeps_the_name_the_role_s_templates_gave_it() -> None:
     assert sglang_wheelhouse_dir("/cache", "0.5.23", "312", "x86_64", 35, str(constraints), packages) == expected
     other = sglang_wheelhouse_dir("/cache", "0.5.23", "312", "x86_64", 35, str(constraints), ["sglang==0.5.23"])
     assert other != expected, "other pins: another wheelhouse"
+
+
+def test_the_instances_sandbox_and_environment_as_the_role_s_templates_gave_them() -> None:
+    from ansible.plugins.filter.core import FilterModule as CoreFilters
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import (
+        sglang_server_environment,
+        sglang_server_sandbox,
+    )
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import FilterModule as SystemdFilters
+    from fleet import collection_filters
+    from jinja2.nativetypes import NativeEnvironment
+
+    environment = NativeEnvironment()
+    environment.filters.update(CoreFilters().filters())
+    environment.filters.update(collection_filters(SystemdFilters))
+    before = (
+        "{{ ['User=' ~ sglang_server_user, 'Group=' ~ sglang_server_group, 'WorkingDirectory=' ~ sglang_server_home,"
+        " 'LimitNOFILE=65536', 'UMask=0027', 'DevicePolicy=closed', 'DeviceAllow=/dev/nvidiactl rw',"
+        " 'DeviceAllow=/dev/nvidia-uvm rw', 'DeviceAllow=/dev/nvidia-uvm-tools rw']"
+        " + ([sglang_server_home] + sglang_server_read_write_paths) | sglang.fleet.systemd_hardening }}"
+    )
+    variables = {"sglang_server_user": "svc", "sglang_server_group": "grp", "sglang_server_home": "/var/lib/s",
+                 "sglang_server_read_write_paths": ["/srv/cache", "/data"]}  # fmt: skip
+    sandbox = sglang_server_sandbox("svc", "grp", "/var/lib/s", ["/srv/cache", "/data"])
+    assert sandbox == environment.from_string(before).render(**variables)
+    assert "ReadWritePaths=/var/lib/s /srv/cache /data" in sandbox and sandbox[:2] == ["User=svc", "Group=grp"]
+    cuda = {"CUDA_HOME": "/usr/local/cuda", "HOME": "/root"}
+    runtime = {"SGLANG_SIM_VERSION": "0.5.23", "HF_HOME": "/elsewhere"}
+    assert sglang_server_environment(cuda, "/var/lib/s", runtime) == {
+        "CUDA_HOME": "/usr/local/cuda",
+        "HOME": "/var/lib/s",
+        "HF_HOME": "/elsewhere",
+        "SGLANG_SIM_VERSION": "0.5.23",
+    }, "the service's home over CUDA's, the runtime's over both"

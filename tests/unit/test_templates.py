@@ -10,6 +10,7 @@ import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
+from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import FilterModule as RoleSettingsFilters
 from ansible_collections.sglang.fleet.plugins.filter.sglang_router import FilterModule as RouterFilters
 from ansible_collections.sglang.fleet.plugins.filter.systemd import FilterModule as SystemdFilters
 from fleet import ROOT, collection_filters
@@ -56,6 +57,7 @@ def render(name: str, **variables: Any) -> str:
     ]
     native = NativeEnvironment()
     native.filters.update(collection_filters(SystemdFilters))
+    native.filters.update(collection_filters(RoleSettingsFilters))
     context.setdefault("sglang_server_read_write_paths", [])
     context["_sglang_server_sandbox"] = native.from_string(role_vars["_sglang_server_sandbox"]).render(**context)
     return environment.get_template(name).render(**context)
