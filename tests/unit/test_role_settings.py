@@ -172,7 +172,8 @@ def test_the_instances_sandbox_and_environment_as_the_role_s_templates_gave_them
     variables = {"sglang_server_user": "svc", "sglang_server_group": "grp", "sglang_server_home": "/var/lib/s",
                  "sglang_server_read_write_paths": ["/srv/cache", "/data"]}  # fmt: skip
     sandbox = sglang_server_sandbox("svc", "grp", "/var/lib/s", ["/srv/cache", "/data"])
-    assert sandbox == environment.from_string(before).render(**variables)
+    rendered: Any = environment.from_string(before).render(**variables)
+    assert sandbox == rendered
     assert "ReadWritePaths=/var/lib/s /srv/cache /data" in sandbox and sandbox[:2] == ["User=svc", "Group=grp"]
     cuda = {"CUDA_HOME": "/usr/local/cuda", "HOME": "/root"}
     runtime = {"SGLANG_SIM_VERSION": "0.5.23", "HF_HOME": "/elsewhere"}
