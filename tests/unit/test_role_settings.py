@@ -83,9 +83,64 @@ def test_the_gateway_takes_its_members_only_where_it_runs() -> None:
     assert (off["workers"], off["by_model"]) == ([], False), "a host that runs no gateway registers nothing"
 
 
-def test_the_role_derives_its_processes_with_the_filter() -> None:
+def test_the_role_s_processes_are_those_its_templates_gave() -> None:
+    """The role's `_sglang_router_processes` (one filter call) renders what the list of templates it replaced rendered,
+    for a host with a router in front of two models, a gateway, and a reshape that stops one instance first."""
+    from ansible.plugins.filter.core import FilterModule as CoreFilters
+    from ansible.plugins.filter.mathstuff import FilterModule as MathFilters
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import FilterModule as RoleSettingsFilters
+    from fleet import collection_filters
+    from jinja2.nativetypes import NativeEnvironment
+
+    environment = NativeEnvironment()
+    environment.filters.update({**CoreFilters().filters(), **MathFilters().filters()})
+    environment.filters.update(collection_filters(RoleSettingsFilters))
+    two_models = [INSTANCES[0], {**INSTANCES[1], "served_model_name": "llama"}]
+    members = {
+        "workers": ["http://10.0.0.2:30000"],
+        "keep": ["10.0.0.9"],
+        "models": {"http://10.0.0.2:30000": "q"},
+        "displaced": [],
+    }
+    variables: dict[str, Any] = {
+        "sglang_instances": two_models,
+        "sglang_reshape": {"displaced": ["sglang-30001.service"]},
+        "sglang_service": {"home": "/var/lib/sglang", "secrets_dir": "/etc/sglang-fleet/secrets"},
+        "sglang_router_enabled": True,
+        "sglang_router_host": "127.0.0.1",
+        "sglang_router_port": 30080,
+        "sglang_router_prometheus_port": 29000,
+        "sglang_gateway_host": "0.0.0.0",
+        "sglang_gateway_port": 30090,
+        "sglang_gateway_prometheus_port": 29001,
+        "_sglang_router_unit": "sglang-router.service",
+        "_sglang_router_gateway_unit": "sglang-gateway.service",
+        "_sglang_router_url": "http://127.0.0.1:30080",
+        "_sglang_router_gateway_url": "http://127.0.0.1:30090",
+        "_sglang_router_keys_file": "/etc/sglang-fleet/secrets/router.json",
+        "_sglang_router_gateway_keys_file": "/etc/sglang-fleet/secrets/gateway.json",
+        "_sglang_router_gateway_enabled": True,
+        "_sglang_router_gateway_members": members,
+        "_sglang_router_gateway_models": ["qwen", "llama"],
+    }
+    variables["_sglang_router_by_model"] = True
+    variables["_sglang_router_gateway_by_model"] = True
+
+    def render(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: render(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [render(item) for item in value]
+        return environment.from_string(value).render(**variables) if isinstance(value, str) else value
+
+    templated = yaml.safe_load((ROOT / "tests/fixtures/router_processes_templated.yml").read_text())
+    before = render(templated["_sglang_router_processes"])
     role_vars = yaml.safe_load((ROOT / "roles/sglang_router/vars/main.yml").read_text())
-    assert "sglang.fleet.sglang_router_processes(" in role_vars["_sglang_router_processes"]
+    after = environment.from_string(role_vars["_sglang_router_processes"]).render(**variables)
+    assert after == before
+    assert (
+        after[0]["by_model"] and after[0]["displaced"] == ["http://127.0.0.1:30001"] and after[1]["workers"] == members["workers"]
+    )
 
 
 def test_the_venv_s_python_as_the_probe_found_it() -> None:
