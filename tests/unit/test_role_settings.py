@@ -136,7 +136,7 @@ def test_the_role_s_processes_are_those_its_templates_gave() -> None:
     templated = yaml.safe_load((ROOT / "tests/fixtures/router_processes_templated.yml").read_text())
     before = render(templated["_sglang_router_processes"])
     role_vars = yaml.safe_load((ROOT / "roles/sglang_router/vars/main.yml").read_text())
-    after = environment.from_string(role_vars["_sglang_router_processes"]).render(**variables)
+    after: Any = environment.from_string(role_vars["_sglang_router_processes"]).render(**variables)
     assert after == before
     assert (
         after[0]["by_model"] and after[0]["displaced"] == ["http://127.0.0.1:30001"] and after[1]["workers"] == members["workers"]
