@@ -184,7 +184,7 @@ def test_the_simulator_stands_in_for_the_pinned_version(runtime: str, expected: 
     assert rendered == expected
     # The servers get it through the role's published fact (sglang_runtime.environment), the checker directly.
     server_vars = (ROOT / "roles/sglang_server/vars/main.yml").read_text()
-    assert "combine(sglang_runtime.environment)" in server_vars
+    assert "sglang_server_environment(sglang_server_home, sglang_runtime.environment)" in server_vars
     preflight = (ROOT / "roles/sglang_venv/tasks/preflight.yml").read_text()
     [published] = [
         task["ansible.builtin.set_fact"]["sglang_runtime"]
