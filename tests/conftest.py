@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-from jinja2.nativetypes import NativeEnvironment
 
 ROOT = Path(__file__).resolve().parent.parent
 # The repository is the collection sglang.fleet (collections/ansible_collections/sglang/fleet links to it): tests import
@@ -34,40 +33,33 @@ def support_table() -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def support_tables() -> list[dict[str, Any]]:
-    """The tables `_sglang_plan_support_tables` names (by their paths): every roles/sglang_plan/files/sglang-<version>.json."""
+    """The tables the action sglang_plan reads (by their paths): every roles/sglang_plan/files/sglang-<version>.json."""
     return [json.loads(path.read_text()) for path in sorted((ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))]
 
 
-def constraints_versions() -> list[str]:
-    """`_sglang_plan_constraints_versions`: the versions with a roles/sglang_venv/files/constraints-<version>.txt."""
-    files = sorted((ROOT / "roles/sglang_venv/files").glob("constraints-*.txt"))
-    return [path.name.removeprefix("constraints-").removesuffix(".txt") for path in files]
+def plan_settings(host: str, *, versions: list[str] | None = None, **overrides: Any) -> dict[str, Any]:
+    """The plan's settings as the action sglang_plan gathers them for a production host (plugin_utils/plan_settings.py),
+    with variables overridden (and `versions`, those with a constraints file). The host serves the stand-in of
+    production's model by its path (as Molecule's hosts do: inventory/sandbox/group_vars/all.yml)."""
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import MISSING, constraints_versions
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import plan_settings as gather
 
-
-def plan_settings(host: str, **overrides: Any) -> dict[str, Any]:
-    """`_sglang_plan_settings` as Ansible builds it for a production host, with variables overridden. The host serves
-    the stand-in of production's model by its path (as Molecule's hosts do: inventory/sandbox/group_vars/all.yml)."""
     variables = {
         **load_yaml(ROOT / "roles/sglang_plan/defaults/main.yml"),
         "sglang_model_path": load_yaml(ROOT / "inventory/sandbox/group_vars/all.yml")["sglang_model_path"],
         **load_yaml(ROOT / f"inventory/production/host_vars/{host}.yml"),
-        "inventory_hostname": host,
-        "_sglang_plan_constraints_versions": constraints_versions(),
         **overrides,
     }
-    plan_vars = load_yaml(ROOT / "roles/sglang_plan/vars/main.yml")
-    environment = NativeEnvironment()
-    environment.filters.update({f"sglang.fleet.{name}": function for name, function in model_filters().items()})
-    variables["_sglang_plan_model_path"] = environment.from_string(plan_vars["_sglang_plan_model_path"]).render(**variables)
-    return {
-        key: environment.from_string(str(value)).render(**variables) for key, value in plan_vars["_sglang_plan_settings"].items()
-    }
 
+    def variable(name: str, default: Any) -> Any:
+        return variables[name] if name in variables or default is MISSING else default
 
-def model_filters() -> dict[str, Callable[..., Any]]:
-    from ansible_collections.sglang.fleet.plugins.filter.sglang_model import FilterModule
-
-    return FilterModule().filters()
+    return gather(
+        variable,
+        host,
+        variables.get("hostvars", {}).get(host, {}).keys(),
+        versions or constraints_versions(str(ROOT / "roles/sglang_venv/files")),
+    )
 
 
 # The stand-in's files besides its shards, as the test hosts get them: real SGLang refuses a multimodal checkpoint

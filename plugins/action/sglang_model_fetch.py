@@ -12,14 +12,12 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe
+from ansible_collections.sglang.fleet.plugins.plugin_utils.model_lock import LOCK_PLAYBOOK, ModelSourceError, read_lock
 from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
     ARGUMENT_SPEC as SOURCE_ARGUMENT_SPEC,
 )
 from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
-    LOCK_PLAYBOOK,
-    ModelSourceError,
     fetch,
-    read_lock,
     slug,
     source_key,
     source_problems,

@@ -11,22 +11,24 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.sglang.fleet.plugins.plugin_utils.model_lock import (
+    ModelSourceError,
+    lock_entry_text,
+    read_lock,
+    write_lock,
+)
 from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
     ARGUMENT_SPEC as SOURCE_ARGUMENT_SPEC,
 )
 from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
-    ModelSourceError,
     hide_progress_bars,
     is_commit,
     is_hub,
-    lock_entry_text,
-    read_lock,
     remote_files,
     resolve_revision,
     source_key,
     source_problems,
     validated_arguments,
-    write_lock,
 )
 
 ARGUMENT_SPEC = SOURCE_ARGUMENT_SPEC

@@ -7,39 +7,71 @@ from the registered answer. The role publishes it with set_fact, as before.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
+from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import (
+    MISSING,
+    constraints_versions,
+    plan_settings,
+    support_tables,
+)
 
 ARGUMENT_SPEC: dict[str, Any] = {
     "host_facts": {"type": "dict", "required": True},
-    "settings": {"type": "dict", "required": True},
-    "support_tables": {"type": "list", "elements": "raw", "required": True},
+    "settings": {"type": "dict"},
+    "support_tables": {"type": "list", "elements": "raw"},
 }
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]
-    """Arguments: `host_facts`, the options of module sglang_host_facts; `settings`, the host's plan settings (the
-    filter sglang_plan's first argument); `support_tables`, every supported SGLang's support table or its file's path.
-    Returns the module's answer, and `plan`: what the filter sglang_plan derives from the settings and that answer."""
+    """Arguments: `host_facts`, the options of module sglang_host_facts (its `model` gets the served directory's
+    `path`, and its `link` for an sglang_model, where the task names none); `settings`, the host's plan settings (the
+    filter sglang_plan's first argument; by default gathered from the host's variables, plugin_utils/plan_settings.py);
+    `support_tables`, every supported SGLang's support table or its file's path (by default the role's
+    files/sglang-*.json). Returns the module's answer, and `plan`: what the filter sglang_plan derives from the
+    settings and that answer."""
 
     TRANSFERS_FILES = False
+
+    def variable(self, task_vars: dict[str, Any], name: str, default: Any) -> Any:
+        """`name`'s value as Ansible templates it, or `default` where the host has no such variable."""
+        if name not in task_vars and default is not MISSING:
+            return default
+        return self._templar.resolve_variable_expression(name)
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
         _validated, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        task_vars = task_vars or {}
+        role_path = str(task_vars.get("role_path", ""))
+        settings = args["settings"]
+        if settings is None:
+            host = str(task_vars["inventory_hostname"])
+            names = task_vars["hostvars"][host].keys() if "hostvars" in task_vars else []
+            versions = constraints_versions(os.path.join(role_path, "..", "sglang_venv", "files"))
+            settings = plan_settings(lambda name, default: self.variable(task_vars, name, default), host, names, versions)
+        tables = args["support_tables"]
+        if tables is None:
+            tables = support_tables(os.path.join(role_path, "files"))
         module_args = dict(args["host_facts"])
+        model = module_args.get("model")
+        if isinstance(model, dict) and "path" not in model:
+            sourced = settings["model_sourced"]
+            link = f"{os.path.dirname(settings['model_path'])}/current" if sourced else ""
+            module_args["model"] = {**model, "path": settings["model_path"], "link": link}
         answer: dict[str, Any] = self._execute_module(
-            module_name="sglang.fleet.sglang_host_facts", module_args=module_args, task_vars=task_vars or {}
+            module_name="sglang.fleet.sglang_host_facts", module_args=module_args, task_vars=task_vars
         )
         result.update(answer)
         if answer.get("failed"):
             return result
-        host = {
+        host_found = {
             **answer["ansible_facts"]["sglang_host"],
             "model": answer.get("model"),
             "group_models": answer.get("group_models", {}),
         }
-        result["plan"] = sglang_plan(args["settings"], host, args["support_tables"])
+        result["plan"] = sglang_plan(settings, host_found, tables)
         return result

@@ -12,10 +12,11 @@ on smg 1.13.0 (tests/recordings/smg-1.13.0; the same API as sglang-router 0.3.2 
   ``{"status": "accepted", "worker_id": ..., "location": "/workers/<id>", ...}``. The addition runs in the background:
   the router polls the worker's ``/health`` (for up to 0.9 x ``--worker-startup-timeout-secs``) and lists the worker,
   already healthy, once that answers 200 (~1 s after the POST for a running SGLang, whose /health takes ~1 s; a
-  worker that refused the first connection is tried again only 30 s later: recorded 29.0 s). Posting a URL that is already registered answers 202 and
-  changes nothing. Posting a URL whose addition is still in progress (a router's launcher registering its workers
-  file at start, say) answers 409 ``{"error": "Worker creation already in progress for URL '<url>' with ID <uuid>.
-  Poll GET /workers/<uuid>.", "code": "WORKER_CREATE_IN_PROGRESS"}``: this client waits for that addition instead.
+  worker that refused the first connection is tried again only 30 s later: recorded 29.0 s). Posting a URL that is
+  already registered answers 202 and changes nothing. Posting a URL whose addition is still in progress (a router's
+  launcher registering its workers file at start, say) answers 409 ``{"error": "Worker creation already in progress
+  for URL '<url>' with ID <uuid>. Poll GET /workers/<uuid>.", "code": "WORKER_CREATE_IN_PROGRESS"}``: this client
+  waits for that addition instead.
 * ``DELETE /workers/<uuid>`` -> 202; the worker is listed at once as ``"status": "draining"`` (``is_healthy`` false:
   no new requests) and unlisted 5 s later (the gateway's drain settle; recorded 5.04 s). There is no removal by URL
   (400). A DELETE for an addition still in progress answers 202 but does nothing: that addition still registers the

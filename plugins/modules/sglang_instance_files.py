@@ -155,11 +155,7 @@ def main() -> None:
     if requests:
         result["answers"] = {
             name: handle(module, list(request.get("files") or []), private, request.get("read"))
-            | (
-                {"routers": routers_differences(with_keys(request["routers"], private))}
-                if request.get("routers")
-                else {}
-            )
+            | ({"routers": routers_differences(with_keys(request["routers"], private))} if request.get("routers") else {})
             for name, request in requests.items()
         }
     changed = bool(result["changed_paths"]) or any(each["changed_paths"] for each in result.get("answers", {}).values())

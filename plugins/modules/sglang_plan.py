@@ -15,18 +15,24 @@ description:
   - Never changes the host.
 options:
   host_facts:
-    description: The options of module sglang_host_facts.
+    description:
+      - The options of module sglang_host_facts.
+      - Where its C(model) names no C(path), the action adds the served model directory (the settings' C(model_path))
+        and, for an C(sglang_model), its C(current) link beside it.
     type: dict
     required: true
   settings:
-    description: The host's plan settings (role sglang_plan's C(_sglang_plan_settings)), the filter sglang_plan's first argument.
+    description:
+      - The host's plan settings, the filter sglang_plan's first argument.
+      - By default gathered from the host's variables (role sglang_plan's, and the other roles' it reads with their
+        defaults) in Python (plugins/plugin_utils/plan_settings.py), as Ansible templates each of them.
     type: dict
-    required: true
   support_tables:
-    description: Every supported SGLang version's support table, or its file's path (read as plain JSON).
+    description:
+      - Every supported SGLang version's support table, or its file's path (read as plain JSON).
+      - By default the paths of the role's C(files/sglang-*.json).
     type: list
     elements: raw
-    required: true
 author: sglang-fleet maintainers (@sglang-fleet)
 """
 
@@ -37,8 +43,6 @@ EXAMPLES = r"""
       nvidia_smi: nvidia-smi
       gather_subset: [min, systemd]
       model: {path: /srv/models/Qwen3.6-27B}
-    settings: "{{ _sglang_plan_settings }}"
-    support_tables: "{{ query('ansible.builtin.fileglob', 'sglang-*.json') }}"
   register: planned
 """
 

@@ -7,9 +7,10 @@ A model source is data, one of:
   ignore_patterns}.
 
 The patterns (optional) select files as huggingface_hub's `filter_repo_objects` does (fnmatch, `dir/` = `dir/*`).
-The lock file (YAML in the inventory, written by playbooks/model_lock.yml) records every selected file's size and
-SHA-256 under the source's key. `fetch` brings exactly those files into a content-addressed cache on the control node,
-checks each against the lock, and lays out a snapshot directory of relative symlinks that the deploy distributes.
+The lock file (YAML in the inventory, written by playbooks/model_lock.yml; plugin_utils/model_lock.py) records every
+selected file's size and SHA-256 under the source's key. `fetch` brings exactly those files into a content-addressed
+cache on the control node, checks each against the lock, and lays out a snapshot directory of relative symlinks that
+the deploy distributes.
 
 Used by the action plugins sglang_model_lock and sglang_model_fetch; never on a managed host.
 """
@@ -22,30 +23,26 @@ import fcntl
 import hashlib
 import json
 import os
-import posixpath
 import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
-import yaml
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import sha256_of
-from ansible_collections.sglang.fleet.plugins.plugin_utils import safe_yaml
+from ansible_collections.sglang.fleet.plugins.plugin_utils.model_lock import (
+    LOCK_PLAYBOOK,
+    ModelSourceError,
+    lock_problems,
+    write_atomically,
+)
 
 if TYPE_CHECKING:
     from huggingface_hub.hf_api import RepoFile
 
-LOCK_PLAYBOOK = "playbooks/model_lock.yml"
-LOCK_HEADER = f"""\
-# Model weights pinned by content. Written by {LOCK_PLAYBOOK}; every deploy checks the files it fetches against it.
-# Each key is a model source: <org>/<name>@<commit> for a Hub repository, <name>@<label> for a directory on the
-# control node. Edit the source in the inventory and run {LOCK_PLAYBOOK} again rather than this file.
-"""
 HUB_KEYS = ("repo", "revision", "allow_patterns", "ignore_patterns")
 LOCAL_KEYS = ("src", "name", "revision", "allow_patterns", "ignore_patterns")
 COMMIT = re.compile(r"[0-9a-f]{40}")
-SHA256 = re.compile(r"[0-9a-f]{64}")
 HUB_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 # A local name or label becomes a directory name: no separators, no dot-only names.
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][\w.+-]*")
@@ -87,10 +84,6 @@ Files = dict[str, LockedFile]
 GIB = 1024**3
 # The key of a fetch's problem that is the cache's (no room for the files to fetch), not one file's.
 CACHE_ROOM = "cache"
-
-
-class ModelSourceError(Exception):
-    """An expected failure reading a source or the lock file (network, missing files, a malformed lock file)."""
 
 
 @dataclasses.dataclass
@@ -188,126 +181,6 @@ def select(names: Iterable[str], source: Mapping[str, Any]) -> list[str]:
     return sorted(
         filter_repo_objects(names, allow_patterns=source.get("allow_patterns"), ignore_patterns=source.get("ignore_patterns"))
     )
-
-
-# The lock file
-
-
-def _lock_document(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            document = safe_yaml.load(handle)
-    except FileNotFoundError:
-        return {}
-    except (OSError, yaml.YAMLError) as error:
-        raise ModelSourceError(f"{path}: {error}") from error
-    if document is None:
-        return {}
-    if not isinstance(document, dict) or not isinstance(document.get("models", {}), dict):
-        raise ModelSourceError(f"{path}: not a lock file (a mapping with a mapping `models`)")
-    return document
-
-
-def read_lock(path: str) -> dict[str, Any]:
-    """The lock file's entries, source key -> {files: {name: {size, sha256}}}; empty when there is no lock file."""
-    return dict(_lock_document(path).get("models") or {})
-
-
-class _LockDumper(yaml.SafeDumper):
-    """Block style, except one line per file: `name: {size: N, sha256: HEX}`."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _FlowEntry:
-    """A file's entry, dumped on one line with its keys in this order."""
-
-    pairs: tuple[tuple[str, Any], ...]
-
-
-def _represent_file(dumper: yaml.SafeDumper, entry: _FlowEntry) -> yaml.Node:
-    return dumper.represent_mapping("tag:yaml.org,2002:map", list(entry.pairs), flow_style=True)
-
-
-_LockDumper.add_representer(_FlowEntry, _represent_file)
-
-
-def _normal_files(files: Mapping[str, Mapping[str, Any]]) -> dict[str, _FlowEntry]:
-    return {
-        name: _FlowEntry((("size", int(files[name]["size"])), ("sha256", str(files[name]["sha256"])))) for name in sorted(files)
-    }
-
-
-def render_lock(models: Mapping[str, Mapping[str, Any]]) -> str:
-    """The lock file's text: the header, then the entries by key, each file on one line, by name."""
-    entries = {key: {"files": _normal_files(models[key].get("files") or {})} for key in sorted(models)}
-    body = yaml.dump({"models": entries}, Dumper=_LockDumper, sort_keys=False, default_flow_style=False, width=1 << 16)
-    return LOCK_HEADER + body
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """Replaces the file at once: a reader sees the old or the new text, never a part (the mode of the old is kept)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-
-
-def write_lock(path: str, key: str, files: Mapping[str, Mapping[str, Any]], *, check_mode: bool = False) -> bool:
-    """Records `files` under `key`, keeping the other entries; whether the file's text changed. The text is stable:
-    sorted keys, one line per file, so the same files write the same bytes. `check_mode` reports without writing."""
-    models = {**read_lock(path), key: {"files": dict(files)}}
-    for other, entry in models.items():
-        problems = lock_problems(entry.get("files") if isinstance(entry, Mapping) else entry)
-        if problems:
-            raise ModelSourceError(f"{path}: entry {other}: " + "; ".join(f"{name}: {why}" for name, why in problems.items()))
-    text = render_lock(models)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            changed = handle.read() != text
-    except FileNotFoundError:
-        changed = True
-    if changed and not check_mode:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        _write_atomically(path, text)
-    return changed
-
-
-def lock_entry_text(files: Mapping[str, Mapping[str, Any]] | None) -> str:
-    """One entry's files as the lock file writes them (for a diff); empty for none."""
-    if files is None:
-        return ""
-    return yaml.dump({"files": _normal_files(files)}, Dumper=_LockDumper, sort_keys=False, width=1 << 16)
-
-
-def lock_problems(files: Any) -> dict[str, str]:
-    """What is wrong with a lock entry's files (a hand edit), by file name; empty when each has a size and SHA-256."""
-    if not isinstance(files, Mapping):
-        return {"files": f"not a mapping of file names to {{size, sha256}}: {files!r}"}
-    problems = {}
-    for name, entry in files.items():
-        if not safe_name(str(name)):
-            problems[str(name)] = "not a relative path inside the model (no '..', no leading '/')"
-        elif not isinstance(entry, Mapping) or not isinstance(entry.get("size"), int):
-            problems[str(name)] = f"the lock entry has no size: {entry!r}"
-        elif not SHA256.fullmatch(str(entry.get("sha256", ""))):
-            problems[str(name)] = f"the lock entry has no SHA-256 (64 lowercase hex digits): {entry.get('sha256')!r}"
-    return problems
-
-
-def safe_name(name: str) -> bool:
-    """Whether a file name stays inside the directory it is joined to."""
-    return bool(name) and posixpath.normpath(name) == name and not name.startswith(("/", "../")) and name != ".."
 
 
 # Reading a source's files
@@ -530,7 +403,7 @@ class Memo:
         self.entries.pop(sha256, None)
 
     def save(self) -> None:
-        _write_atomically(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
+        write_atomically(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
 
 
 def difference(name: str, expected: Mapping[str, Any], size: int, sha256: str) -> str:

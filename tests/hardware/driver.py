@@ -16,7 +16,7 @@ $OUT/results.tar.gz (atomically) after every stage:
   per_gpu      (two GPUs) host_vars/h200x2-per-gpu.yml, b200-shaped: two instances, one per GPU, launched at once, one
                wait() over both, verified at the same time, compute apps mapped to each instance's process tree:
                asserts that no instance's processes hold memory on the other GPU; SIGTERM to both
-  plan         tests/hardware/host_vars/h200.yml through _sglang_plan_settings and sglang_plan() with the real facts
+  plan         tests/hardware/host_vars/h200.yml through plugin_utils/plan_settings.py and sglang_plan() with the real facts
                (on two GPUs kept to GPU 0 with sglang_gpu_ids: [0])
   nextn        the planned instance, planned with an API key (--config <key file>), launched as the unit starts it
                (python3 roles/sglang_server/files/sglang_launcher.py sglang.launch_server + argv, + environment);
@@ -187,8 +187,14 @@ def sh(run: Run, name: str, argv: list[str], timeout: float = 60.0, env: dict[st
     return rec
 
 
-def http(url: str, payload: Any = None, timeout: float = 60.0, api_key: str = "", method: str = "",
-         headers: dict[str, str] | None = None) -> Json:
+def http(
+    url: str,
+    payload: Any = None,
+    timeout: float = 60.0,
+    api_key: str = "",
+    method: str = "",
+    headers: dict[str, str] | None = None,
+) -> Json:
     """One exchange, never raising: status ("refused", "timeout" when none), headers, body (JSON or text), seconds.
     `method` defaults to POST with a payload and GET without; `headers` are added as given (recorded as sent)."""
     rec: Json = {"url": url, "method": method or ("POST" if payload is not None else "GET")}
@@ -264,50 +270,39 @@ def support_table() -> tuple[Json, str]:
 
 
 def plan_settings(variables_file: Path, **overrides: Any) -> Json:
-    """`_sglang_plan_settings` as roles/sglang_plan/vars/main.yml builds it: role defaults overridden by the host_vars."""
-    files = (ROOT / "roles/sglang_venv/files").glob("constraints-*.txt")
-    constraints = sorted(p.name[len("constraints-") : -len(".txt")] for p in files)
+    """The plan's settings as the action sglang_plan gathers them (plugin_utils/plan_settings.py): role defaults
+    overridden by the host_vars."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    gather = importlib.import_module("ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings")
     variables: Json = {
         **load_yaml(ROOT / "roles/sglang_plan/defaults/main.yml"),
         **(load_yaml(variables_file) or {}),
-        "inventory_hostname": variables_file.stem,
-        "_sglang_plan_constraints_versions": constraints,
         **overrides,
     }
-    template: Json = load_yaml(ROOT / "roles/sglang_plan/vars/main.yml")["_sglang_plan_settings"]
-    native: Any = None
-    with contextlib.suppress(ImportError):
-        from jinja2.nativetypes import NativeEnvironment
 
-        native = NativeEnvironment()
-    settings: Json = {}
-    for key, value in template.items():
-        if native is not None:
-            settings[key] = native.from_string(str(value)).render(**variables)
-            continue
-        match = re.fullmatch(r"\{\{\s*(\w+)\s*\}\}", str(value))
-        if match:
-            settings[key] = variables[match.group(1)]
-        elif key == "has_api_key":
-            settings[key] = len(str(variables.get("sglang_api_key") or "")) > 0
-        elif key == "secrets_dir":
-            config_dir = variables.get("sglang_server_config_dir") or "/etc/sglang-fleet"
-            settings[key] = variables.get("sglang_server_secrets_dir") or f"{config_dir}/secrets"
-        else:
-            raise ValueError(f"cannot render {key}: {value} without jinja2")
+    def variable(name: str, default: Any) -> Any:
+        return variables[name] if name in variables or default is gather.MISSING else default
+
+    versions = gather.constraints_versions(str(ROOT / "roles/sglang_venv/files"))
+    settings: Json = gather.plan_settings(variable, variables_file.stem, [], versions)
     return settings
 
 
-def make_plan(mods: dict[str, types.ModuleType], facts: Json, run: Run, tag: str, host_vars: str = "h200.yml",
-              **overrides: Any) -> Json:
+def make_plan(
+    mods: dict[str, types.ModuleType], facts: Json, run: Run, tag: str, host_vars: str = "h200.yml", **overrides: Any
+) -> Json:
     table, version = support_table()
     if version != "0.5.17":
         overrides = {"sglang_version": version, **overrides}
         run.message(f"{tag}: roles/sglang_plan/files/sglang-0.5.17.json is absent; planned against sglang-{version}.json")
     settings = plan_settings(HERE / "host_vars" / host_vars, **overrides)
     result: Json = mods["sglang_plan"].sglang_plan(settings, facts, [table])
-    record = {"host_vars": f"tests/hardware/host_vars/{host_vars}", "support_table": f"sglang-{version}.json",
-              "settings": settings, **result}
+    record = {
+        "host_vars": f"tests/hardware/host_vars/{host_vars}",
+        "support_table": f"sglang-{version}.json",
+        "settings": settings,
+        **result,
+    }
     run.save(f"{tag}/plan.json", record)
     return record
 
@@ -388,8 +383,14 @@ class Server:
         rc = self.p.poll()
         if rc is None:
             return {"ActiveState": "active", "SubState": "running", "NRestarts": "0", "InvocationID": "x"}
-        return {"ActiveState": "failed", "SubState": "failed", "Result": "exit-code", "ExecMainStatus": str(rc),
-                "NRestarts": "0", "InvocationID": "x"}
+        return {
+            "ActiveState": "failed",
+            "SubState": "failed",
+            "Result": "exit-code",
+            "ExecMainStatus": str(rc),
+            "NRestarts": "0",
+            "InvocationID": "x",
+        }
 
     def wait_exit(self, seconds: float) -> int | None:
         try:
@@ -449,8 +450,9 @@ class HealthRecorder(threading.Thread):
                 rec = http(self.url + path, timeout=30)
                 answer = (rec["status"], rec.get("body", rec.get("body_text", "")))
                 if last.get(path) != answer:
-                    self.changes[path].append({"t_s": self.server.rel(), "status": rec["status"], "body": answer[1],
-                                               "seconds": rec["seconds"]})
+                    self.changes[path].append(
+                        {"t_s": self.server.rel(), "status": rec["status"], "body": answer[1], "seconds": rec["seconds"]}
+                    )
                     last[path] = answer
                 if rec["status"] == 200 and path not in self.first_200:
                     self.first_200[path] = self.server.rel()
@@ -486,8 +488,9 @@ def instance_argv_with(argv: list[str], **flags: str) -> list[str]:
     return out
 
 
-def launch(run: Run, tag: str, instance: Json, record: Json, ready_timeout: float,
-           launcher: bool = False) -> tuple[Server, HealthRecorder]:
+def launch(
+    run: Run, tag: str, instance: Json, record: Json, ready_timeout: float, launcher: bool = False
+) -> tuple[Server, HealthRecorder]:
     """The planned instance's argv and environment, launched; its /health answers recorded from launch."""
     record["argv"] = instance["argv"]
     record["environment"] = instance["environment"]
@@ -513,16 +516,18 @@ def record_ready(run: Run, tag: str, server: Server, health: HealthRecorder, rea
     return ready
 
 
-def exercise(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Json, record: Json,
-             api_key: str = "") -> None:
+def exercise(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Json, record: Json, api_key: str = "") -> None:
     """A ready instance: verify(), a timed probe, running_requests(), and the raw exchanges recorded (with the key)."""
     readiness = mods["sglang_readiness"]
     rollout = mods["sglang_rollout"]
     url = instance["url"].rstrip("/")
     exchange = functools.partial(http, timeout=120, api_key=api_key)
     run.save(f"{tag}/server_info.before.json", exchange(f"{url}/server_info"))
-    apps = sh(run, f"{tag}/nvidia-smi.compute-apps.serving",
-              ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader,nounits"])
+    apps = sh(
+        run,
+        f"{tag}/nvidia-smi.compute-apps.serving",
+        ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader,nounits"],
+    )
     record["compute_apps_while_serving"] = apps.get("stdout")
     host = rollout.Host(get_json=functools.partial(readiness.http_json, api_key=api_key))
     t = time.time()
@@ -534,28 +539,42 @@ def exercise(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Js
     record["verify_seconds"] = round(time.time() - t, 2)
     record["verify_ended_s"] = run.now()
     run.log(f"{tag}: verify() -> {record.get('verify', record.get('verify_error'))}")
-    probe = {"text": "sglang-fleet rollout probe:",
-             "sampling_params": {"max_new_tokens": PROBE_TOKENS, "temperature": 0, "ignore_eos": True}}
+    probe = {
+        "text": "sglang-fleet rollout probe:",
+        "sampling_params": {"max_new_tokens": PROBE_TOKENS, "temperature": 0, "ignore_eos": True},
+    }
     t = time.time()
     answer = readiness.http_json(f"{url}/generate", probe, timeout=120, api_key=api_key)
     seconds = time.time() - t
     tokens = int(((answer or {}).get("meta_info") or {}).get("completion_tokens") or 0)
-    record["probe"] = {"tokens": tokens, "seconds": round(seconds, 4), "tokens_per_s": round(tokens / seconds, 1),
-                       "meta_info": (answer or {}).get("meta_info")}
+    record["probe"] = {
+        "tokens": tokens,
+        "seconds": round(seconds, 4),
+        "tokens_per_s": round(tokens / seconds, 1),
+        "meta_info": (answer or {}).get("meta_info"),
+    }
     record["running_requests"] = rollout.running_requests(url)
     run.save(f"{tag}/generate.greedy256.json", exchange(f"{url}/generate", probe))
     run.save(f"{tag}/server_info.after.json", exchange(f"{url}/server_info"))
     metrics = exchange(f"{url}/metrics")
     run.save(f"{tag}/metrics.txt", str(metrics.get("body_text", metrics.get("body", ""))))
     run.save(f"{tag}/v1_models.json", exchange(f"{url}/v1/models"))
-    chat = {"model": "no-such-model", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16,
-            "temperature": 0}
+    chat = {"model": "no-such-model", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16, "temperature": 0}
     run.save(f"{tag}/chat.unknown_model.json", exchange(f"{url}/v1/chat/completions", chat))
 
 
-def serve_and_verify(run: Run, mods: dict[str, types.ModuleType], tag: str, instance: Json, record: Json,
-                     ready_timeout: float, extra: Callable[[], None] | None = None, api_key: str = "",
-                     launcher: bool = False, on_launch: Callable[[Server], None] | None = None) -> None:
+def serve_and_verify(
+    run: Run,
+    mods: dict[str, types.ModuleType],
+    tag: str,
+    instance: Json,
+    record: Json,
+    ready_timeout: float,
+    extra: Callable[[], None] | None = None,
+    api_key: str = "",
+    launcher: bool = False,
+    on_launch: Callable[[Server], None] | None = None,
+) -> None:
     """Launch the planned instance, wait() for it, verify() it, record the raw exchanges, then SIGTERM it.
 
     `extra`, when given, runs after the recordings while the server still serves; `on_launch` gets the Server at once.
@@ -659,8 +678,9 @@ def stage_facts(run: Run, mods: dict[str, types.ModuleType], model_dir: Path, re
     run.save("facts/host_facts.json", facts)
     model: Json = mods["model_facts"].describe(str(model_dir), {})
     run.save("facts/model_facts.json", model)
-    record["gpus"] = [{k: g.get(k) for k in ("index", "uuid", "name", "memory_total_mib", "minor_number")}
-                      for g in facts.get("gpus") or []]
+    record["gpus"] = [
+        {k: g.get(k) for k in ("index", "uuid", "name", "memory_total_mib", "minor_number")} for g in facts.get("gpus") or []
+    ]
     record["gpu_error"] = facts.get("gpu_error")
     record["model"] = {k: model.get(k) for k in ("architectures", "mtp_layers", "has_mtp_tensors", "shards", "total_size")}
     return {**facts, "model": model}
@@ -686,10 +706,12 @@ def stage_cuda_smoke(run: Run, uuids: list[str], record: Json) -> None:
     if len(uuids) >= 2:  # the second GPU alone, as a per-GPU instance sees it
         cases["uuid1.expect1"] = (uuids[1], "1", 0)
     for name, (visible, expect, want_rc) in cases.items():
-        rec = sh(run, f"cuda_smoke/{name}", [*command, "--expect", expect], timeout=120,
-                 env={"CUDA_VISIBLE_DEVICES": visible})
-        record[name] = {"returncode": rec.get("returncode"), "expected_returncode": want_rc,
-                        "stdout": (rec.get("stdout") or "").strip()[-800:]}
+        rec = sh(run, f"cuda_smoke/{name}", [*command, "--expect", expect], timeout=120, env={"CUDA_VISIBLE_DEVICES": visible})
+        record[name] = {
+            "returncode": rec.get("returncode"),
+            "expected_returncode": want_rc,
+            "stdout": (rec.get("stdout") or "").strip()[-800:],
+        }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -720,8 +742,10 @@ def flag_value(argv: list[str], flag: str) -> str | None:
 
 def batch_probe(run: Run, tag: str, url: str, record: Json) -> None:
     """One all-reduce-heavy generation: BATCH_PROMPTS prompts at once, BATCH_TOKENS greedy tokens each."""
-    payload = {"text": [f"sglang-fleet all-reduce probe {i}:" + " tensor parallel" * i for i in range(BATCH_PROMPTS)],
-               "sampling_params": {"max_new_tokens": BATCH_TOKENS, "temperature": 0, "ignore_eos": True}}
+    payload = {
+        "text": [f"sglang-fleet all-reduce probe {i}:" + " tensor parallel" * i for i in range(BATCH_PROMPTS)],
+        "sampling_params": {"max_new_tokens": BATCH_TOKENS, "temperature": 0, "ignore_eos": True},
+    }
     rec = http(f"{url}/generate", payload, timeout=240)
     run.save(f"{tag}/generate.batch{BATCH_PROMPTS}x{BATCH_TOKENS}.json", rec)
     body = rec.get("body")
@@ -750,8 +774,13 @@ def smoke_all_reduce(run: Run, tag: str, instance: Json, record: Json) -> None:
         record["cuda_smoke_all_reduce"] = {"skipped": "no roles/*/files/cuda_smoke_check.py"}
         return
     command, script = smoke
-    rec = sh(run, f"{tag}/cuda_smoke.expect2.all_reduce", [*command, "--expect", "2", "--all-reduce"], timeout=180,
-             env=instance["environment"])
+    rec = sh(
+        run,
+        f"{tag}/cuda_smoke.expect2.all_reduce",
+        [*command, "--expect", "2", "--all-reduce"],
+        timeout=180,
+        env=instance["environment"],
+    )
     stdout = (rec.get("stdout") or "").strip()
     answer: Any = None
     with contextlib.suppress(ValueError, IndexError):
@@ -789,8 +818,16 @@ def stage_tp2(run: Run, mods: dict[str, types.ModuleType], facts: Json, record: 
         record["server_info_tp_size"] = info.get("tp_size") if isinstance(info, dict) else None
         batch_probe(run, "tp2", url, record)
 
-    serve_and_verify(run, mods, "tp2", instance, record, ready_timeout=min(200.0, max(90.0, run.left() - 200)),
-                     extra=while_serving, launcher=True)
+    serve_and_verify(
+        run,
+        mods,
+        "tp2",
+        instance,
+        record,
+        ready_timeout=min(200.0, max(90.0, run.left() - 200)),
+        extra=while_serving,
+        launcher=True,
+    )
     record["checks"] = {
         **record["plan_checks"],
         "cuda_smoke_all_reduce": record["cuda_smoke_all_reduce"].get("ok"),
@@ -808,22 +845,24 @@ def write_key_file(instance: Json, key: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(f"# Options of {instance['name']} that must not be in its command line (SGLang's --config).\n"
-                     f"api-key: {json.dumps(key)}\n")
+        handle.write(
+            f"# Options of {instance['name']} that must not be in its command line (SGLang's --config).\n"
+            f"api-key: {json.dumps(key)}\n"
+        )
     os.chmod(path, 0o600)
     return path
 
 
-def stage_nextn(run: Run, mods: dict[str, types.ModuleType], facts: Json, keyless: Json, record: Json,
-                ready_timeout: float, **overrides: Any) -> None:
+def stage_nextn(
+    run: Run, mods: dict[str, types.ModuleType], facts: Json, keyless: Json, record: Json, ready_timeout: float, **overrides: Any
+) -> None:
     """The NEXTN instance as the unit now starts it: planned with an API key (--config <secrets_dir>/<name>.yaml),
     the key file written as the fleet writes it, launched through the product's launcher; then readiness (health
     routes need no key), verify() and every recorded request with the key, and the checks (a) the key is nowhere in
     the server's log, (b) no key: 401, /health_generate: 200, (c) /proc/<pid>/cmdline = launcher + module + argv."""
     key = "sk-hw-" + secrets.token_hex(16)
     run.secrets.append(key)
-    plan = make_plan(mods, facts, run, "nextn", sglang_api_key=key, sglang_server_secrets_dir=str(SECRETS_DIR),
-                     **overrides)
+    plan = make_plan(mods, facts, run, "nextn", sglang_api_key=key, sglang_server_secrets_dir=str(SECRETS_DIR), **overrides)
     record["problems"] = plan["problems"]
     if not plan["instances"]:
         raise RuntimeError("the keyed NEXTN plan derived no instance")
@@ -848,13 +887,26 @@ def stage_nextn(run: Run, mods: dict[str, types.ModuleType], facts: Json, keyles
         no_key = http(f"{url}/v1/models", timeout=60)
         health = http(f"{url}/health_generate", timeout=120)
         with_key = http(f"{url}/v1/models", timeout=60, api_key=key)
-        record["auth"] = {"v1_models_without_key": no_key["status"], "v1_models_body_without_key": no_key.get(
-            "body", no_key.get("body_text")), "health_generate_without_key": health["status"],
-            "v1_models_with_key": with_key["status"]}
+        record["auth"] = {
+            "v1_models_without_key": no_key["status"],
+            "v1_models_body_without_key": no_key.get("body", no_key.get("body_text")),
+            "health_generate_without_key": health["status"],
+            "v1_models_with_key": with_key["status"],
+        }
 
     try:
-        serve_and_verify(run, mods, "nextn", instance, record, ready_timeout, extra=while_serving, api_key=key,
-                         launcher=True, on_launch=servers.append)
+        serve_and_verify(
+            run,
+            mods,
+            "nextn",
+            instance,
+            record,
+            ready_timeout,
+            extra=while_serving,
+            api_key=key,
+            launcher=True,
+            on_launch=servers.append,
+        )
     finally:
         with contextlib.suppress(OSError):
             path.unlink()
@@ -941,9 +993,16 @@ def gpu_placement(apps_csv: str, roots: dict[str, tuple[int, list[str]]]) -> Jso
         if len(parts) < 3 or not parts[0].isdigit():
             continue
         pid = int(parts[0])
-        rows.append({"pid": pid, "gpu_uuid": parts[1], "used_mib": int(parts[2]) if parts[2].isdigit() else None,
-                     "process_name": parts[3] if len(parts) > 3 else "", "instance": owner.get(pid),
-                     "proc_name": table[pid][2] if pid in table else None})
+        rows.append(
+            {
+                "pid": pid,
+                "gpu_uuid": parts[1],
+                "used_mib": int(parts[2]) if parts[2].isdigit() else None,
+                "process_name": parts[3] if len(parts) > 3 else "",
+                "instance": owner.get(pid),
+                "proc_name": table[pid][2] if pid in table else None,
+            }
+        )
     problems: list[str] = []
     instances: Json = {}
     for tag, (root, own) in roots.items():
@@ -963,12 +1022,19 @@ def gpu_placement(apps_csv: str, roots: dict[str, tuple[int, list[str]]]) -> Jso
             "other_gpu_mib": sum(row["used_mib"] or 0 for row in elsewhere),
         }
         for row in elsewhere:
-            problems.append(f"{tag}: PID {row['pid']} ({row['process_name']}) holds {row['used_mib']} MiB on "
-                            f"{row['gpu_uuid']}, not its GPU {','.join(own)}")
+            problems.append(
+                f"{tag}: PID {row['pid']} ({row['process_name']}) holds {row['used_mib']} MiB on "
+                f"{row['gpu_uuid']}, not its GPU {','.join(own)}"
+            )
         if own_mib <= 0:
             problems.append(f"{tag}: no process of its tree (PIDs {trees[tag]}) holds memory on its GPU {','.join(own)}")
-    return {"rows": rows, "instances": instances, "unmapped": [row for row in rows if row["instance"] is None],
-            "problems": problems, "ok": not problems}
+    return {
+        "rows": rows,
+        "instances": instances,
+        "unmapped": [row for row in rows if row["instance"] is None],
+        "problems": problems,
+        "ok": not problems,
+    }
 
 
 def stage_per_gpu(run: Run, mods: dict[str, types.ModuleType], facts: Json, record: Json) -> None:
@@ -1023,8 +1089,10 @@ def stage_per_gpu(run: Run, mods: dict[str, types.ModuleType], facts: Json, reco
                 records[tag]["error"] = f"{type(error).__name__}: {error}"
                 records[tag]["traceback"] = traceback.format_exc()
 
-        threads = [threading.Thread(target=exercise_one, args=(tag, instance), daemon=True)
-                   for tag, instance in zip(tags, instances, strict=True)]
+        threads = [
+            threading.Thread(target=exercise_one, args=(tag, instance), daemon=True)
+            for tag, instance in zip(tags, instances, strict=True)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -1035,17 +1103,28 @@ def stage_per_gpu(run: Run, mods: dict[str, types.ModuleType], facts: Json, reco
         ends = [w[1] for w in windows if w[1] is not None]
         record["verified_concurrently"] = len(starts) == len(ends) == 2 and max(starts) < min(ends)
         record["both_verified"] = all("verify" in records[tag] for tag in tags)
-        apps = sh(run, "per_gpu/nvidia-smi.compute-apps.both-serving",
-                  ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader,nounits"])
-        roots = {tag: (launched[tag][0].p.pid, list(instance["gpu_uuids"]))
-                 for tag, instance in zip(tags, instances, strict=True)}
+        apps = sh(
+            run,
+            "per_gpu/nvidia-smi.compute-apps.both-serving",
+            ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv,noheader,nounits"],
+        )
+        roots = {
+            tag: (launched[tag][0].p.pid, list(instance["gpu_uuids"])) for tag, instance in zip(tags, instances, strict=True)
+        }
         placement = gpu_placement(apps.get("stdout") or "", roots)
-        sh(run, "per_gpu/nvidia-smi.query-gpu.both-serving",
-           ["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"])
+        sh(
+            run,
+            "per_gpu/nvidia-smi.query-gpu.both-serving",
+            ["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"],
+        )
         run.save("per_gpu/placement.json", placement)
         record["gpu_memory_by_instance"] = {
-            tag: {"gpu_uuids": entry["gpu_uuids"], "own_gpu_mib": entry["own_gpu_mib"],
-                  "other_gpu_mib": entry["other_gpu_mib"], "gpu_memory_mib_by_pid": entry["gpu_memory_mib_by_pid"]}
+            tag: {
+                "gpu_uuids": entry["gpu_uuids"],
+                "own_gpu_mib": entry["own_gpu_mib"],
+                "other_gpu_mib": entry["other_gpu_mib"],
+                "gpu_memory_mib_by_pid": entry["gpu_memory_mib_by_pid"],
+            }
             for tag, entry in placement["instances"].items()
         }
         record["unmapped_compute_apps"] = placement["unmapped"]
@@ -1053,6 +1132,7 @@ def stage_per_gpu(run: Run, mods: dict[str, types.ModuleType], facts: Json, reco
         record["memory_only_on_own_gpu"] = "pass" if placement["ok"] else "fail"
         run.log(f"per_gpu: memory only on own GPU: {record['memory_only_on_own_gpu']} {placement['problems']}")
     finally:
+
         def stop(tag: str) -> None:
             server, health = launched[tag]
             health.stop.set()
@@ -1118,15 +1198,41 @@ def dry_run(run: Run) -> int:
     """Plans h200.yml with the facts of one fake H200 and packs the result; prints the instance."""
     mods = project_modules()
     facts: Json = {
-        "gpus": [{"index": 0, "uuid": "GPU-00000000-1111-2222-3333-444444444444", "name": "NVIDIA H200",
-                  "memory_total_mib": 143771, "memory_used_mib": 0, "driver_version": "580.159.04",
-                  "pci_bus_id": "00000000:00:05.0", "minor_number": 0, "device": "/dev/nvidia0"}],
-        "gpu_processes": [], "gpu_error": None, "driver_version": "580.159.04", "memtotal_mb": 131072,
-        "glibc_version": "2.39", "listening": [], "device_nodes": {},
-        "model": {"path": "/tmp/hw-models/tiny-mimo-mtp", "exists": True, "config": True,
-                  "architectures": ["MiMoForCausalLM"], "mtp_layers": 1, "total_size": 3_000_000, "tensor_count": 40,
-                  "has_mtp_tensors": False, "shards": 2, "shard_bytes": 3_000_000, "missing_shards": [],
-                  "empty_shards": [], "checksum_problems": {}},
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-00000000-1111-2222-3333-444444444444",
+                "name": "NVIDIA H200",
+                "memory_total_mib": 143771,
+                "memory_used_mib": 0,
+                "driver_version": "580.159.04",
+                "pci_bus_id": "00000000:00:05.0",
+                "minor_number": 0,
+                "device": "/dev/nvidia0",
+            }
+        ],
+        "gpu_processes": [],
+        "gpu_error": None,
+        "driver_version": "580.159.04",
+        "memtotal_mb": 131072,
+        "glibc_version": "2.39",
+        "listening": [],
+        "device_nodes": {},
+        "model": {
+            "path": "/tmp/hw-models/tiny-mimo-mtp",
+            "exists": True,
+            "config": True,
+            "architectures": ["MiMoForCausalLM"],
+            "mtp_layers": 1,
+            "total_size": 3_000_000,
+            "tensor_count": 40,
+            "has_mtp_tensors": False,
+            "shards": 2,
+            "shard_bytes": 3_000_000,
+            "missing_shards": [],
+            "empty_shards": [],
+            "checksum_problems": {},
+        },
     }
     with run.stage("plan") as record:
         plan = make_plan(mods, facts, run, "plan")
@@ -1136,14 +1242,19 @@ def dry_run(run: Run) -> int:
         record["argv"] = instance["argv"]
         record["environment"] = instance["environment"]
         record["bad_flag_argv"] = [*instance["argv"], "--no-such-flag", "8"]
-        record["mem_argv"] = instance_argv_with(instance["argv"], mem_fraction_static="0.00001", port="30002",
-                                                nccl_port="31002")
+        record["mem_argv"] = instance_argv_with(instance["argv"], mem_fraction_static="0.00001", port="30002", nccl_port="31002")
     with run.stage("ngram_plan") as record:
         ngram = make_plan(mods, facts, run, "ngram", sglang_speculative={"algorithm": "NGRAM", "num_draft_tokens": 4})
         record["problems"] = ngram["problems"]
         record["argv"] = ngram["instances"][0]["argv"] if ngram["instances"] else None
-    second = {**facts["gpus"][0], "index": 1, "uuid": "GPU-11111111-2222-3333-4444-555555555555", "minor_number": 1,
-              "pci_bus_id": "00000000:00:06.0", "device": "/dev/nvidia1"}
+    second = {
+        **facts["gpus"][0],
+        "index": 1,
+        "uuid": "GPU-11111111-2222-3333-4444-555555555555",
+        "minor_number": 1,
+        "pci_bus_id": "00000000:00:06.0",
+        "device": "/dev/nvidia1",
+    }
     facts2: Json = {**facts, "gpus": [facts["gpus"][0], second]}
     uuids = [gpu["uuid"] for gpu in facts2["gpus"]]
     with run.stage("tp2_plan") as record:
@@ -1158,8 +1269,9 @@ def dry_run(run: Run) -> int:
     with run.stage("per_gpu_plan") as record:
         per_gpu = make_plan(mods, facts2, run, "per_gpu", host_vars="h200x2-per-gpu.yml")
         record["problems"] = per_gpu["problems"]
-        record["instances"] = [{key: i[key] for key in ("name", "port", "nccl_port", "argv", "environment")}
-                               for i in per_gpu["instances"]]
+        record["instances"] = [
+            {key: i[key] for key in ("name", "port", "nccl_port", "argv", "environment")} for i in per_gpu["instances"]
+        ]
         if per_gpu["problems"] or len(per_gpu["instances"]) != 2:
             raise AssertionError(f"{len(per_gpu['instances'])} instance(s), problems {per_gpu['problems']}")
         assert [i["environment"]["CUDA_VISIBLE_DEVICES"] for i in per_gpu["instances"]] == uuids
@@ -1232,8 +1344,11 @@ def real_run(run: Run, models: Path) -> int:
         base = instance["argv"]
         for tag, argv, max_s in (
             ("failure.unknown_flag", [*instance_argv_with(base, port="30001", nccl_port="31001"), "--no-such-flag", "8"], 90),
-            ("failure.mem_0.00001", instance_argv_with(base, mem_fraction_static="0.00001", port="30002", nccl_port="31002"),
-             150),
+            (
+                "failure.mem_0.00001",
+                instance_argv_with(base, mem_fraction_static="0.00001", port="30002", nccl_port="31002"),
+                150,
+            ),
         ):
             rec: Json = failures.setdefault(tag, {"t_start_s": run.now()})
             if run.left() < max_s + 30:
@@ -1255,8 +1370,9 @@ def real_run(run: Run, models: Path) -> int:
         failure_thread.join(timeout=max(1.0, run.left() - 100))
     with run.stage("ngram", needs_s=150) as record:
         if "skipped" not in record:
-            ngram = make_plan(mods, facts, run, "ngram", sglang_speculative={"algorithm": "NGRAM", "num_draft_tokens": 4},
-                              **single)
+            ngram = make_plan(
+                mods, facts, run, "ngram", sglang_speculative={"algorithm": "NGRAM", "num_draft_tokens": 4}, **single
+            )
             record["problems"] = ngram["problems"]
             if not ngram["instances"]:
                 raise RuntimeError("the NGRAM plan derived no instance")
@@ -1281,21 +1397,32 @@ def headline(run: Run) -> None:
             "sigterm": st.get("sigterm"),
             "error": st.get("error"),
         }
-    head["nextn"].update({key: (stages.get("nextn") or {}).get(key) for key in (
-        "checks", "failed_checks", "server_args_line", "auth")})
+    head["nextn"].update(
+        {key: (stages.get("nextn") or {}).get(key) for key in ("checks", "failed_checks", "server_args_line", "auth")}
+    )
     for tag, st in (stages.get("failures") or {}).items():
         head[tag] = {k: st.get(k) for k in ("returncode", "seconds_to_exit", "error_lines", "skipped", "error")}
     for tag in ("tp2", "per_gpu"):
         st = stages.get(tag) or {}
         head[tag] = {key: st.get(key) for key in ("skipped", "error", "problems", "checks")}
-    head["tp2"].update({key: (stages.get("tp2") or {}).get(key) for key in (
-        "ready_after_launch_s", "verify", "verify_error", "cuda_smoke_all_reduce", "sigterm")})
+    head["tp2"].update(
+        {
+            key: (stages.get("tp2") or {}).get(key)
+            for key in ("ready_after_launch_s", "verify", "verify_error", "cuda_smoke_all_reduce", "sigterm")
+        }
+    )
     head["tp2"]["probe_tokens_per_s"] = ((stages.get("tp2") or {}).get("probe") or {}).get("tokens_per_s")
-    head["tp2"]["batch_probe"] = {key: ((stages.get("tp2") or {}).get("batch_probe") or {}).get(key)
-                                  for key in ("tokens_total", "seconds", "tokens_per_s", "ok")}
+    head["tp2"]["batch_probe"] = {
+        key: ((stages.get("tp2") or {}).get("batch_probe") or {}).get(key)
+        for key in ("tokens_total", "seconds", "tokens_per_s", "ok")
+    }
     per_gpu = stages.get("per_gpu") or {}
-    head["per_gpu"].update({key: per_gpu.get(key) for key in (
-        "wait", "verified_concurrently", "memory_only_on_own_gpu", "gpu_memory_by_instance", "placement_problems")})
+    head["per_gpu"].update(
+        {
+            key: per_gpu.get(key)
+            for key in ("wait", "verified_concurrently", "memory_only_on_own_gpu", "gpu_memory_by_instance", "placement_problems")
+        }
+    )
     for tag in per_gpu.get("instance_stages") or []:
         st = stages.get(tag) or {}
         head[tag] = {key: st.get(key) for key in ("ready_after_launch_s", "verify", "verify_error", "sigterm", "error")}
@@ -1315,8 +1442,11 @@ def pack_caches(run: Run) -> None:
             for env, arc in (("TVM_FFI_CACHE_DIR", "tvm-ffi"), ("TRITON_CACHE_DIR", "triton")):
                 path = os.environ.get(env)
                 if path and os.path.isdir(path):
-                    tf.add(path, arcname=arc,
-                           filter=lambda ti: None if ti.name.endswith((".o", ".o.d", ".lock", ".ninja_log")) else ti)
+                    tf.add(
+                        path,
+                        arcname=arc,
+                        filter=lambda ti: None if ti.name.endswith((".o", ".o.d", ".lock", ".ninja_log")) else ti,
+                    )
         if tmp.stat().st_size < 15 * 2**20:
             os.replace(tmp, run.out / "caches.tar.gz")
         else:

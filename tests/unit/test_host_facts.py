@@ -287,9 +287,9 @@ def waiting_nvidia_smi(folder: Path, *, refuse_gpus: bool = False, hang_gpus: bo
         'i=0; while [ "$(count)" -lt 3 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done\n'
         '[ "$(count)" -ge 3 ] || { echo "called one after the other"; exit 9; }\n'
         'case "$1" in\n'
-        f"  --query-gpu*) set -- \"{calls}/$1\"; {answers['gpus']};;\n"
-        f"  --query-compute-apps*) set -- \"{calls}/$1\"; {answers['apps']};;\n"
-        f"  -q) set -- \"{calls}/$1\"; {answers['xml']};;\n"
+        f'  --query-gpu*) set -- "{calls}/$1"; {answers["gpus"]};;\n'
+        f'  --query-compute-apps*) set -- "{calls}/$1"; {answers["apps"]};;\n'
+        f'  -q) set -- "{calls}/$1"; {answers["xml"]};;\n'
         "esac\n"
     )
     script.chmod(0o755)

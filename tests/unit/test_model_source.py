@@ -1,4 +1,5 @@
-"""The model source on the control node (plugin_utils/model_source.py): the lock file, the verified cache, the snapshot.
+"""The model source on the control node (plugin_utils/model_source.py; model_lock.py): the lock file, the verified
+cache, the snapshot.
 
 A directory source (a temporary model) covers the cache's logic; a Hub source runs against the test mirror (olah
 serving a generated two-commit repository, tests/mirror.py), a real Hugging Face-compatible server.
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe, sha256_of
+from ansible_collections.sglang.fleet.plugins.plugin_utils import model_lock as ml
 from ansible_collections.sglang.fleet.plugins.plugin_utils import model_source as ms
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -125,37 +127,37 @@ def test_a_branch_is_accepted_for_locking() -> None:
 def test_the_lock_entry_is_written_stable_and_beside_the_others(tmp_path: Path, local_source: dict[str, Any]) -> None:
     lock = tmp_path / "inventory/model-lock.yml"
     files = ms.remote_files(local_source)
-    assert ms.write_lock(str(lock), "other@1", {"a.json": {"size": 1, "sha256": "f" * 64}})
-    assert ms.write_lock(str(lock), ms.source_key(local_source), files)
+    assert ml.write_lock(str(lock), "other@1", {"a.json": {"size": 1, "sha256": "f" * 64}})
+    assert ml.write_lock(str(lock), ms.source_key(local_source), files)
     text = lock.read_text()
-    assert not ms.write_lock(str(lock), ms.source_key(local_source), dict(reversed(list(files.items())))), "same files"
+    assert not ml.write_lock(str(lock), ms.source_key(local_source), dict(reversed(list(files.items())))), "same files"
     assert lock.read_text() == text
     assert text.startswith("# ") and "playbooks/model_lock.yml" in text.splitlines()[0]
     assert f"      config.json: {{size: {len(LOCAL_FILES['config.json'])}, sha256: {sha256(LOCAL_FILES['config.json'])}}}" in text
-    assert list(ms.read_lock(str(lock))) == ["Tiny-Model@2026-11-30", "other@1"]
+    assert list(ml.read_lock(str(lock))) == ["Tiny-Model@2026-11-30", "other@1"]
     assert yaml.safe_load(text)["models"]["Tiny-Model@2026-11-30"]["files"] == files
     assert [name for name in os.listdir(lock.parent) if name.startswith(".")] == [], "no temporary file is left"
 
 
 def test_check_mode_reports_without_writing(tmp_path: Path) -> None:
     lock = tmp_path / "model-lock.yml"
-    assert ms.write_lock(str(lock), "m@1", {"a": {"size": 1, "sha256": "0" * 64}}, check_mode=True)
-    assert not lock.exists() and ms.read_lock(str(lock)) == {}
+    assert ml.write_lock(str(lock), "m@1", {"a": {"size": 1, "sha256": "0" * 64}}, check_mode=True)
+    assert not lock.exists() and ml.read_lock(str(lock)) == {}
 
 
 def test_a_file_that_is_no_lock_is_refused(tmp_path: Path) -> None:
     lock = tmp_path / "model-lock.yml"
     lock.write_text("- a list\n")
-    with pytest.raises(ms.ModelSourceError, match="not a lock file"):
-        ms.write_lock(str(lock), "m@1", {})
+    with pytest.raises(ml.ModelSourceError, match="not a lock file"):
+        ml.write_lock(str(lock), "m@1", {})
     assert lock.read_text() == "- a list\n"
 
 
 def test_a_hand_broken_entry_is_refused_not_rewritten(tmp_path: Path) -> None:
     lock = tmp_path / "model-lock.yml"
     lock.write_text("models:\n  other@1:\n    files:\n      a.json: {size: 1}\n")
-    with pytest.raises(ms.ModelSourceError, match=r"entry other@1: a\.json: the lock entry has no SHA-256"):
-        ms.write_lock(str(lock), "m@1", {"b.json": {"size": 1, "sha256": "0" * 64}})
+    with pytest.raises(ml.ModelSourceError, match=r"entry other@1: a\.json: the lock entry has no SHA-256"):
+        ml.write_lock(str(lock), "m@1", {"b.json": {"size": 1, "sha256": "0" * 64}})
 
 
 # A directory source
@@ -170,7 +172,7 @@ def test_the_directory_s_files_leave_git_out_and_apply_the_patterns(local_source
 
 
 def test_a_missing_directory_is_an_error(local_source: dict[str, Any]) -> None:
-    with pytest.raises(ms.ModelSourceError, match="is not a directory on the control node"):
+    with pytest.raises(ml.ModelSourceError, match="is not a directory on the control node"):
         ms.remote_files({**local_source, "src": "/nonexistent/model"})
 
 
@@ -391,7 +393,7 @@ def test_a_server_that_does_not_answer_is_tried_once(mirror: Any, tmp_path: Path
     assert result.problems["a.json"].endswith("(ConnectError: [Errno 111] Connection refused)")
     assert result.problems["b.json"].startswith("b.json: not fetched: the source did not answer for an earlier file (")
     assert len(waits) == 5, "only the first file was retried"
-    with pytest.raises(ms.ModelSourceError, match="ConnectError: \\[Errno 111\\] Connection refused"):
+    with pytest.raises(ml.ModelSourceError, match="ConnectError: \\[Errno 111\\] Connection refused"):
         ms.remote_files(source, "http://127.0.0.1:9")
 
 
@@ -406,7 +408,7 @@ def test_a_link_out_of_the_source_directory_is_refused_and_never_read(
     secret.parent.mkdir(parents=True)
     secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
     (model_dir / "tokenizer_config.json").symlink_to(secret)
-    with pytest.raises(ms.ModelSourceError) as raised:
+    with pytest.raises(ml.ModelSourceError) as raised:
         ms.remote_files(local_source)
     message = str(raised.value)
     assert message.startswith("Tiny-Model@2026-11-30: tokenizer_config.json: its real path ")
@@ -421,7 +423,7 @@ def test_a_directory_linked_from_outside_is_refused_file_by_file(
     elsewhere.mkdir()
     (elsewhere / "a.json").write_text("{}")
     (model_dir / "linked").symlink_to(elsewhere)
-    with pytest.raises(ms.ModelSourceError, match=r"linked/a\.json: its real path .* is outside src"):
+    with pytest.raises(ml.ModelSourceError, match=r"linked/a\.json: its real path .* is outside src"):
         ms.remote_files(local_source)
 
 

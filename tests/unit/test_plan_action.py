@@ -18,15 +18,20 @@ from test_host_facts import H200_UUID, fake_nvidia_smi
 TABLES = sorted(str(path) for path in (ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))
 
 
-def run_plan(tmp_path: Path, host_facts: dict[str, Any], settings: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    """A play of the action's task and a task that writes its answer and the host's facts it set (facts.json)."""
+def run_plan(
+    tmp_path: Path, host_facts: dict[str, Any], settings: dict[str, Any] | None, variables: dict[str, Any] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A play (with `variables`) of the action's task (with `settings` unless None) and a task that writes its answer
+    and the host's facts it set (facts.json)."""
+    given = {"settings": settings} if settings is not None else {}
     play = [
         {
             "hosts": "localhost",
             "gather_facts": False,
+            "vars": variables or {},
             "tasks": [
                 {
-                    "sglang.fleet.sglang_plan": {"host_facts": host_facts, "settings": settings, "support_tables": TABLES},
+                    "sglang.fleet.sglang_plan": {"host_facts": host_facts, **given, "support_tables": TABLES},
                     "register": "answer",
                 },
                 {
@@ -40,6 +45,7 @@ def run_plan(tmp_path: Path, host_facts: dict[str, Any], settings: dict[str, Any
     ]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     return local_play(tmp_path / "play.yml")
+
 
 def test_the_plan_is_derived_from_the_module_s_answer(stand_in_model_dir: Path, tmp_path: Path) -> None:
     settings = plan_settings("ct129")
@@ -60,7 +66,29 @@ def test_the_plan_is_derived_from_the_module_s_answer(stand_in_model_dir: Path, 
 
 
 def test_a_failed_module_call_fails_the_task_and_plans_nothing(tmp_path: Path) -> None:
-    run = run_plan(tmp_path, {"nvidia_smi": "nvidia-smi", "model": {"sha256": {}}}, plan_settings("ct129"))
+    run = run_plan(
+        tmp_path, {"nvidia_smi": "nvidia-smi", "model": {"path": "/srv/m", "no_such_option": 1}}, plan_settings("ct129")
+    )
     assert run.returncode != 0
-    assert "missing required arguments: path" in run.stdout, run.stdout[-3000:]
+    assert "no_such_option" in run.stdout, run.stdout[-3000:]
     assert not (tmp_path / "facts.json").exists()
+
+
+def test_without_settings_the_action_gathers_them_from_the_host_s_variables(stand_in_model_dir: Path, tmp_path: Path) -> None:
+    """The role passes no settings: the action gathers them (plugin_utils/plan_settings.py) from the variables as
+    Ansible templates them (one given as a template here), and gives the module the served model directory."""
+    variables = {
+        **yaml.safe_load((ROOT / "roles/sglang_plan/defaults/main.yml").read_text()),
+        **yaml.safe_load((ROOT / "inventory/production/host_vars/ct129.yml").read_text()),
+        "sglang_model_path": f"{{{{ '{stand_in_model_dir}' }}}}",
+        "role_path": str(ROOT / "roles/sglang_plan"),
+    }
+    host_facts = {"nvidia_smi": fake_nvidia_smi(tmp_path), "model": {}}
+    run = run_plan(tmp_path, host_facts, None, variables)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    seen = json.loads((tmp_path / "facts.json").read_text())
+    assert seen["answer"]["model"]["path"] == str(stand_in_model_dir), "the module read the served directory"
+    settings = {**plan_settings("ct129", sglang_model_path=str(stand_in_model_dir)), "host": "localhost"}
+    host = {**seen["sglang_host"], "model": seen["answer"]["model"], "group_models": {}}
+    assert seen["answer"]["plan"] == sglang_plan(settings, host, TABLES)
+    assert seen["answer"]["plan"]["instances"] == [] and seen["answer"]["plan"]["problems"], "ct129's shape, one GPU here"

@@ -122,19 +122,20 @@ def test_architectures_across_versions(support_tables: list[dict[str, Any]], mod
 def test_tables_given_by_their_files_plan_as_the_tables_themselves(
     support_tables: list[dict[str, Any]], model_facts: dict[str, Any]
 ) -> None:
-    """The role gives the filter the tables' paths (_sglang_plan_support_tables); it reads them, the same tables."""
+    """The action gives the filter the tables' paths (the role's files/sglang-*.json); it reads them, the same tables."""
     from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
     from conftest import host_facts, plan_settings
 
     paths = [str(path) for path in sorted((ROOT / "roles/sglang_plan/files").glob("sglang-*.json"))]
-    for version, variables in (("0.5.23", {}), ("0.5.17", {"sglang_environment": {"SGLANG_ENABLE_SPEC_V2": "1"}})):
+    cases: list[tuple[str, dict[str, Any]]] = [("0.5.23", {}), ("0.5.17", {"sglang_environment": {"SGLANG_ENABLE_SPEC_V2": "1"}})]
+    for version, variables in cases:
         settings = plan_settings("b200", sglang_version=version, **variables)
         facts = host_facts("b200", model_facts)
         by_path = sglang_plan(settings, facts, paths)
         assert by_path == sglang_plan(settings, facts, support_tables)
         assert len(by_path["instances"]) == 7
     assert sglang_plan(plan_settings("b200", sglang_version="0.5.99"), facts, paths)["problems"] == [
-        "b200 host: sglang_version=\"0.5.99\": sglang-fleet has no support table for SGLang 0.5.99 "
+        'b200 host: sglang_version="0.5.99": sglang-fleet has no support table for SGLang 0.5.99 '
         "(supported: 0.5.17, 0.5.23); fix: pin one of the supported versions"
     ]
 
@@ -151,7 +152,7 @@ def test_unknown_version_is_one_problem(plan: Plan) -> None:
 
 
 def test_missing_constraints_file(plan: Plan) -> None:
-    (problem,) = plan("ct129", sglang_version="0.5.17", _sglang_plan_constraints_versions=["0.5.23"])["problems"]
+    (problem,) = plan("ct129", sglang_version="0.5.17", versions=["0.5.23"])["problems"]
     assert problem.startswith('ct129 host: sglang_version="0.5.17": roles/sglang_venv/files/constraints-0.5.17.txt is missing')
 
 
@@ -183,7 +184,7 @@ def test_the_simulator_stands_in_for_the_pinned_version(runtime: str, expected: 
     assert rendered == expected
     # The servers get it through the role's published fact (sglang_runtime.environment), the checker directly.
     server_vars = (ROOT / "roles/sglang_server/vars/main.yml").read_text()
-    assert "combine(sglang_runtime.environment)" in server_vars
+    assert "sglang_server_environment(sglang_server_home, sglang_runtime.environment," in server_vars
     preflight = (ROOT / "roles/sglang_venv/tasks/preflight.yml").read_text()
     [published] = [
         task["ansible.builtin.set_fact"]["sglang_runtime"]

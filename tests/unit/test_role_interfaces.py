@@ -237,8 +237,11 @@ def entry_points_called() -> set[tuple[str, str]]:
 
 def settings_read(role: str, entry: str) -> set[str]:
     """The role's settings (its defaults) an entry point's task file reads, directly or through the role's vars."""
-    names = {name for text in strings(yaml.safe_load((ROOT / "roles" / role / "tasks" / f"{entry}.yml").read_text()))
-             for name in NAME.findall(text)}
+    names = {
+        name
+        for text in strings(yaml.safe_load((ROOT / "roles" / role / "tasks" / f"{entry}.yml").read_text()))
+        for name in NAME.findall(text)
+    }
     derived = yaml.safe_load((ROOT / "roles" / role / "vars/main.yml").read_text()) or {}
     pending = set(names)
     while pending:

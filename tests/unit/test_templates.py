@@ -10,6 +10,7 @@ import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
+from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import FilterModule as RoleSettingsFilters
 from ansible_collections.sglang.fleet.plugins.filter.sglang_router import FilterModule as RouterFilters
 from ansible_collections.sglang.fleet.plugins.filter.systemd import FilterModule as SystemdFilters
 from fleet import ROOT, collection_filters
@@ -56,6 +57,7 @@ def render(name: str, **variables: Any) -> str:
     ]
     native = NativeEnvironment()
     native.filters.update(collection_filters(SystemdFilters))
+    native.filters.update(collection_filters(RoleSettingsFilters))
     context.setdefault("sglang_server_read_write_paths", [])
     context["_sglang_server_sandbox"] = native.from_string(role_vars["_sglang_server_sandbox"]).render(**context)
     return environment.get_template(name).render(**context)
@@ -446,26 +448,25 @@ def test_the_api_key_file_is_root_s_and_only_the_servers_group_reads_it() -> Non
     ("kind", "serving", "metrics"), [("router", "sglang_router", "29000"), ("gateway", "sglang_gateway", "29200")]
 )
 def test_the_metrics_exporter_binds_its_own_address_and_by_default_the_clients_one(kind: str, serving: str, metrics: str) -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_router_processes
+
     defaults = yaml.safe_load((ROUTER / "defaults/main.yml").read_text())
-    [process] = [
-        entry
-        for entry in yaml.safe_load((ROUTER / "vars/main.yml").read_text())["_sglang_router_processes"]
-        if entry["kind"] == kind
-    ]
-    environment = NativeEnvironment()
-    environment.filters.update(CoreFilters().filters())
+    assert defaults[f"{serving}_prometheus_host"] == f"{{{{ {serving}_host }}}}", "by default the clients' address"
+    assert str(defaults[f"{serving}_prometheus_port"]) == metrics
+    role_vars = (ROUTER / "vars/main.yml").read_text()
+    assert f"'prometheus_host': {serving}_prometheus_host" in role_vars
 
-    def argv(**settings: Any) -> list[str]:
-        context: dict[str, Any] = {**defaults, f"{serving}_host": "0.0.0.0", **settings}
-        context[f"{serving}_prometheus_host"] = environment.from_string(str(context[f"{serving}_prometheus_host"])).render(
-            **context
-        )
-        rendered: Any = environment.from_string(process["argv"]).render(**context)  # native: the list itself
-        return list(rendered)
+    def spec(enabled: bool) -> dict[str, Any]:
+        return {"enabled": enabled, "unit": "u", "url": "http://0.0.0.0:1", "host": "0.0.0.0", "port": 1,
+                "prometheus_host": "10.9.8.7", "prometheus_port": int(metrics), "keys_file": "k",
+                "workers_file": "w"}  # fmt: skip
 
-    assert argv()[argv().index("--prometheus-host") :] == ["--prometheus-host", "0.0.0.0", "--prometheus-port", metrics]
-    assert argv(**{f"{serving}_prometheus_host": "10.9.8.7"})[1] == "0.0.0.0", "clients still reach the serving address"
-    assert "10.9.8.7" in argv(**{f"{serving}_prometheus_host": "10.9.8.7"})
+    settings = {"router": spec(kind == "router"), "gateway": spec(kind == "gateway")}
+    [process] = [entry for entry in sglang_router_processes([], settings) if entry["kind"] == kind]
+    assert process["argv"][:2] == ["--host", "0.0.0.0"], "clients still reach the serving address"
+    assert process["argv"][process["argv"].index("--prometheus-host") :] == [
+        "--prometheus-host", "10.9.8.7", "--prometheus-port", metrics,
+    ]  # fmt: skip
 
 
 def test_every_instance_keeps_its_kernel_caches_in_the_persistent_cache_dir(plan: Plan) -> None:
@@ -474,14 +475,12 @@ def test_every_instance_keeps_its_kernel_caches_in_the_persistent_cache_dir(plan
     role_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     native = NativeEnvironment()
     native.filters.update(CoreFilters().filters())
+    native.filters.update(collection_filters(RoleSettingsFilters))
     context: dict[str, Any] = {
         "sglang_server_cache_dir": "/srv/kcache",
         "sglang_server_home": "/var/lib/sglang",
         "cuda_environment": {"CUDA_HOME": "/usr/local/cuda"},
         "sglang_runtime": {"environment": {}},
-    }
-    context["_sglang_server_cache_environment"] = {
-        name: native.from_string(value).render(**context) for name, value in role_vars["_sglang_server_cache_environment"].items()
     }
     base: Any = native.from_string(role_vars["_sglang_server_base_environment"]).render(**context)
     assert {
