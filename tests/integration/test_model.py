@@ -92,7 +92,9 @@ def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_an
         assert fetches(mended)["ct129"]["fetched"] == ["config.json"]
         assert host_digests("ct129", f"{root}/{first}") == wanted
         assert unit_starts("ct129") == before
-        assert [task for _, task, _ in mended.changed() if task.startswith("Send")] == ["Send the files the host lacks"]
+        assert [task for _, task, _ in mended.changed() if task.startswith("Send")] == [
+            "Send the files the host lacks from the control node (wave 0)"
+        ]
 
         # The source's file differs from the lock file: preflight names it, and nothing changes.
         original = lock_file.read_text()
