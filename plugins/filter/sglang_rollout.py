@@ -8,6 +8,7 @@ from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.rollout_plan import (
     budget_problems,
+    canary_peers,
     describe_waves,
     host_waves,
     rollout_waves,
@@ -23,6 +24,13 @@ def sglang_rollout_waves(hosts: Sequence[str], hostvars: Mapping[str, Any], budg
     per served model by `budget` against the model's instances on those hosts (their sglang_instances)."""
     to_roll = {host: list(hostvars[host].get("sglang_server_to_roll") or []) for host in hosts}
     return rollout_waves(to_roll, _fleet(hosts, hostvars), budget, canary)
+
+
+def sglang_rollout_canary_peers(waves: Sequence[Any], hostvars: Mapping[str, Any], host: str) -> dict[str, list[str]]:
+    """For each model, the URLs (as `host` reaches them) of its instances in the waves after the canaries'."""
+    hosts = list(dict.fromkeys(member["host"] for wave in waves for member in wave))
+    to_roll = {name: list(hostvars[name].get("sglang_server_to_roll") or []) for name in hosts}
+    return canary_peers(waves, to_roll, host)
 
 
 def sglang_rollout_budget_problems(
@@ -43,4 +51,5 @@ class FilterModule:
             "sglang_rollout_host_waves": host_waves,
             "sglang_rollout_wave_lines": describe_waves,
             "sglang_rollout_budget_problems": sglang_rollout_budget_problems,
+            "sglang_rollout_canary_peers": sglang_rollout_canary_peers,
         }

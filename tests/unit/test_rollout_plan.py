@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 from ansible_collections.sglang.fleet.plugins.filter.sglang_rollout import (
     sglang_rollout_budget_problems,
+    sglang_rollout_canary_peers,
     sglang_rollout_waves,
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.rollout_plan import (
     budget_problems,
     budget_size,
+    canary_peers,
     describe_waves,
     host_waves,
     parse_budget,
@@ -141,3 +143,23 @@ def test_the_filters_read_each_hosts_facts() -> None:
     assert [[(m["host"], m["name"]) for m in wave] for wave in waves] == [[("h02", "sglang-30000"), ("h02", "sglang-30010")]]
     assert sglang_rollout_budget_problems("h00", ["h00"], hostvars, 2)[0].startswith("h00 sglang-30000")
     assert sglang_rollout_budget_problems("h00", list(TWELVE), hostvars, 2) == []
+
+
+def test_a_canary_is_compared_with_its_models_instances_of_later_waves_as_its_host_reaches_them() -> None:
+    def served(host: str, port: int, model: str) -> dict[str, Any]:
+        return {
+            "name": f"sglang-{port}",
+            "served_model_name": model,
+            "url": f"http://127.0.0.1:{port}",
+            "remote_url": f"http://{host}:{port}",
+        }
+
+    to_roll = {
+        "a": [served("a", 30000, "qwen"), served("a", 30001, "qwen"), served("a", 31000, "coder")],
+        "b": [served("b", 30000, "qwen")],
+    }
+    waves = rollout_waves(to_roll, to_roll, 1, canary=True)
+    assert describe_waves(waves)[0] == "wave 1/3: qwen: a/sglang-30000; coder: a/sglang-31000"
+    assert canary_peers(waves, to_roll, "a") == {"qwen": ["http://127.0.0.1:30001", "http://b:30000"]}
+    hostvars = {host: {"sglang_server_to_roll": found} for host, found in to_roll.items()}
+    assert sglang_rollout_canary_peers(waves, hostvars, "b") == {"qwen": ["http://a:30001", "http://127.0.0.1:30000"]}
