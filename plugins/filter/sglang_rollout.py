@@ -11,6 +11,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.rollout_plan import (
     canary_peers,
     describe_waves,
     host_waves,
+    leaving_instances,
     rollout_waves,
 )
 
@@ -52,4 +53,5 @@ class FilterModule:
             "sglang_rollout_wave_lines": describe_waves,
             "sglang_rollout_budget_problems": sglang_rollout_budget_problems,
             "sglang_rollout_canary_peers": sglang_rollout_canary_peers,
+            "sglang_leaving_instances": leaving_instances,
         }

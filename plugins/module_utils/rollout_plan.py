@@ -9,8 +9,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_url, remote_url
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
 
+INSTANCE_UNIT = re.compile(r"^sglang-(\d+)\.service$")
 BUDGET = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
 VARIABLE = "sglang_rollout_max_unavailable"
 
@@ -156,3 +158,23 @@ def canary_peers(
             if url:
                 peers.setdefault(member["model"], []).append(str(url))
     return peers
+
+
+def leaving_instances(unit_paths: Sequence[str], listen_host: str, advertise_host: str) -> list[dict[str, str]]:
+    """The instances a host leaving the fleet runs, from its instance units (sglang-<port>.service; the router's,
+    the gateway's and the device-node unit are not instances), each as sglang_rollout takes it: name, unit, the URL
+    its host's router knows it by (url) and the one other hosts' gateways do (remote_url)."""
+    found = []
+    for path in unit_paths:
+        match = INSTANCE_UNIT.match(str(path).rsplit("/", 1)[-1])
+        if match:
+            port = int(match.group(1))
+            found.append(
+                {
+                    "name": f"sglang-{port}",
+                    "unit": match.group(0),
+                    "url": connect_url(listen_host, port),
+                    "remote_url": remote_url(listen_host, advertise_host, port),
+                }
+            )
+    return sorted(found, key=lambda instance: instance["name"])

@@ -31,6 +31,18 @@ options:
     description: Stop the instances (drained from the router first) instead of restarting them.
     type: bool
     default: false
+  drain:
+    description: >-
+      With C(stop=true), wait for each instance's running requests to finish also where no router is given here (the
+      instances left their gateways elsewhere first: playbooks/remove.yml).
+    type: bool
+    default: false
+  leave:
+    description: >-
+      Only take the instances out of the routers given (by the URL each knows them by), and stop nothing: run on a
+      gateway's host by playbooks/remove.yml, before the leaving host drains and stops its instances.
+    type: bool
+    default: false
   batch:
     description: Instances restarted at once.
     type: int
@@ -154,6 +166,10 @@ RETURN = r"""
 stopped:
   description: With C(stop=true), the names of the instances stopped, in order.
   returned: when stop is true
+  type: list
+left:
+  description: With C(leave=true), the names of the instances taken out of the routers (none when no router answered).
+  returned: when leave is true
   type: list
 restarted:
   description: Names of the instances restarted and verified, in order, with seconds to ready.
@@ -476,6 +492,8 @@ def stop(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) ->
     stopped = []
     for instance in instances:
         leave_routers(host, instance, params["drain_timeout"])
+        if params.get("drain") and not host.routers:
+            drain(host, instance, params["drain_timeout"])
         host.systemctl("stop", instance["unit"])
         stopped.append(instance["name"])
     return stopped
@@ -611,6 +629,8 @@ def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:
 ARGUMENT_SPEC: dict[str, Any] = {
     "instances": {"type": "list", "elements": "dict", "required": True},
     "stop": {"type": "bool", "default": False},
+    "leave": {"type": "bool", "default": False},
+    "drain": {"type": "bool", "default": False},
     "batch": {"type": "int", "default": 1},
     "later": {"type": "list", "elements": "dict", "default": []},
     "canary_seconds": {"type": "float", "default": 0.0},
@@ -652,6 +672,8 @@ def main() -> None:
     params = module.params
     names = [instance["name"] for instance in params["instances"]]
     if module.check_mode or not names:
+        if params["leave"]:
+            module.exit_json(changed=bool(names), left=[], would_leave=names)
         if params["stop"]:
             module.exit_json(changed=bool(names), stopped=[], would_stop=names)
         module.exit_json(changed=bool(names), restarted={}, would_restart=names)
@@ -684,6 +706,11 @@ def main() -> None:
     except (RolloutError, listeners.ListenerError) as error:
         module.fail_json(msg=f"Rollout not started: {error}", changed=False, restarted={}, not_attempted=names)
     host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), routers=routers)
+    if params["leave"]:
+        for instance in params["instances"]:
+            for router in routers:
+                router.remove(instance[router.worker_url])
+        module.exit_json(changed=bool(routers), left=names if routers else [])
     if params["stop"]:
         module.exit_json(changed=True, stopped=stop(host, params["instances"], params))
     result = rollout(host, params["instances"], params)

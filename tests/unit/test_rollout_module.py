@@ -480,3 +480,21 @@ def test_a_rollout_halted_by_another_hosts_failure_restarts_nothing_and_puts_the
     assert (tmp_path / "sglang-30000.service").read_text() == "previous"
     assert (tmp_path / "sglang-30001.env").read_text() == "previous"
     assert calls == ["daemon-reload"]
+
+
+def test_a_leaving_host_drains_each_instance_before_stopping_it_even_without_a_router_here(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    log: list[str] = []
+    host = fake_host(log, FakeServers(log), router=False)
+    running = iter([2, 1, 0, 0])
+    host.running = lambda url: log.append(f"running? {url.rsplit(':', 1)[1]}") or next(running)
+    stopped = module.stop(host, [instance(30000, tmp_path), instance(30001, tmp_path)], {**params, "drain": True})
+    assert stopped == ["sglang-30000", "sglang-30001"]
+    assert log == [
+        "running? 30000", "running? 30000", "running? 30000", "stop sglang-30000.service",
+        "running? 30001", "stop sglang-30001.service",
+    ]  # fmt: skip
+    log.clear()
+    module.stop(host, [instance(30002, tmp_path)], params)
+    assert log == ["stop sglang-30002.service"], "a reshape without a router does not wait"

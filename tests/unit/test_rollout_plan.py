@@ -17,6 +17,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.rollout_plan import (
     canary_peers,
     describe_waves,
     host_waves,
+    leaving_instances,
     parse_budget,
     rollout_waves,
 )
@@ -163,3 +164,28 @@ def test_a_canary_is_compared_with_its_models_instances_of_later_waves_as_its_ho
     assert canary_peers(waves, to_roll, "a") == {"qwen": ["http://127.0.0.1:30001", "http://b:30000"]}
     hostvars = {host: {"sglang_server_to_roll": found} for host, found in to_roll.items()}
     assert sglang_rollout_canary_peers(waves, hostvars, "b") == {"qwen": ["http://a:30001", "http://127.0.0.1:30000"]}
+
+
+def test_a_leaving_hosts_instances_are_read_from_its_instance_units_only() -> None:
+    units = [
+        "/etc/systemd/system/sglang-30001.service",
+        "/etc/systemd/system/sglang-router.service",
+        "/etc/systemd/system/sglang-gateway.service",
+        "/etc/systemd/system/sglang-nvidia-devices.service",
+        "/etc/systemd/system/sglang-30000.service",
+    ]
+    assert leaving_instances(units, "0.0.0.0", "10.0.0.5") == [
+        {
+            "name": "sglang-30000",
+            "unit": "sglang-30000.service",
+            "url": "http://127.0.0.1:30000",
+            "remote_url": "http://10.0.0.5:30000",
+        },
+        {
+            "name": "sglang-30001",
+            "unit": "sglang-30001.service",
+            "url": "http://127.0.0.1:30001",
+            "remote_url": "http://10.0.0.5:30001",
+        },
+    ]
+    assert leaving_instances(units, "127.0.0.1", "10.0.0.5")[0]["remote_url"] == ""
