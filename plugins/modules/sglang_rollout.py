@@ -57,8 +57,9 @@ options:
   canary_seconds:
     description: >-
       With more than 0, each instance of this call is a canary: once verified and back in its routers, the rollout watches
-      it for this many seconds (a probe generation every C(interval) seconds) and compares it with C(canary_peers), the
-      instances of its model not yet rolled; a regression beyond C(canary_max_regression) rolls it back and fails.
+      it for this many seconds (a probe generation every C(interval) seconds, to it and to C(canary_peers), the instances
+      of its model not yet rolled) and compares it with them; a regression beyond C(canary_max_regression) rolls it back
+      and fails.
     type: float
     default: 0
   canary_max_regression:
@@ -309,6 +310,15 @@ def mean_ttft(readings: list[tuple[tuple[float, float] | None, tuple[float, floa
     return sum(a[0] - b[0] for b, a in pairs) / count if count > 0 else None
 
 
+def answers(host: Host, url: str, probe: dict[str, Any]) -> bool:
+    """Whether a probe generation at the server returns tokens."""
+    try:
+        answer = host.get_json(f"{url.rstrip('/')}/generate", probe)
+    except Exception:
+        return False
+    return int(((answer or {}).get("meta_info") or {}).get("completion_tokens") or 0) >= 1
+
+
 def canary_watch(host: Host, batch: list[dict[str, Any]], params: dict[str, Any], verified: dict[str, str]) -> dict[str, str]:
     """Watches the verified, routed canaries for canary_seconds against their models' instances not yet rolled
     (canary_peers): probe errors, accept length, time to first token. Returns why each canary that regressed beyond
@@ -327,12 +337,12 @@ def canary_watch(host: Host, batch: list[dict[str, Any]], params: dict[str, Any]
     while host.clock() < deadline:
         for instance in batch:
             probes[instance["name"]] += 1
-            try:
-                answer = host.get_json(f"{instance['url'].rstrip('/')}/generate", probe)
-                if int(((answer or {}).get("meta_info") or {}).get("completion_tokens") or 0) < 1:
-                    errors[instance["name"]] += 1
-            except Exception:
+            if not answers(host, instance["url"], probe):
                 errors[instance["name"]] += 1
+        # The peers get the same probes: their figures cover the same requests (and a peer that served none since it
+        # started has an accept length to compare with). Their errors are not the canary's.
+        for url in urls[len(batch) :]:
+            answers(host, url, probe)
         host.sleep(max(0.0, min(float(params["interval"]), deadline - host.clock())))
     after = {url: ttft_totals(host, url) for url in urls}
     regressed = {}
