@@ -135,7 +135,13 @@ def test_a_canary_whose_accept_length_drops_is_rolled_back_and_the_rollout_stops
     overrides = {0: {"environment": {"SGLANG_SIM_ACCEPT_LENGTH": "1.5"}}, **{index: changed for index in range(1, 7)}}
     result = deploy_with_overrides(tmp_path, overrides, sglang_rollout_max_unavailable=3, sglang_rollout_canary_seconds=4)
     report = "\n".join(result.failure_messages())
-    assert result.rc != 0
+    rolled = [
+        (data["task"], data.get("res", {}).get("msg") or data.get("res", {}).get("restarted"))
+        for kind in ("runner_on_ok", "runner_on_failed")
+        for data in result.results(kind)
+        if "wave" in data["task"]
+    ]
+    assert result.rc != 0, rolled
     [waves] = [data["res"]["msg"] for data in result.results() if data["task"] == "Say what rolls, in which waves"]
     assert [line.split(": ", 2)[::2] for line in waves] == [
         ["wave 1/3", "b200/sglang-30000"],
