@@ -131,8 +131,11 @@ def test_a_canary_whose_accept_length_drops_is_rolled_back_and_the_rollout_stops
         f"/etc/systemd/system/sglang-{port}.service /etc/sglang-fleet/sglang-{port}.env" for port in range(30001, 30007)
     )
     files = file_digests("b200", others)
-    changed = {"server_args": {"max-running-requests": 256}}
-    overrides = {0: {"environment": {"SGLANG_SIM_ACCEPT_LENGTH": "1.5"}}, **{index: changed for index in range(1, 7)}}
+    changed: dict[str, Any] = {"server_args": {"max-running-requests": 256}}
+    overrides: dict[int, dict[str, Any]] = {
+        0: {"environment": {"SGLANG_SIM_ACCEPT_LENGTH": "1.5"}},
+        **{index: changed for index in range(1, 7)},
+    }
     result = deploy_with_overrides(tmp_path, overrides, sglang_rollout_max_unavailable=3, sglang_rollout_canary_seconds=4)
     report = "\n".join(result.failure_messages())
     rolled = [

@@ -454,7 +454,11 @@ def test_a_rollout_halted_by_another_hosts_failure_restarts_nothing_and_puts_the
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[Any] = []
-    monkeypatch.setattr(module.Host, "__init__", lambda self, **_: setattr(self, "systemctl", calls.append) or None)
+
+    def init(self: module.Host, **_: Any) -> None:
+        self.systemctl = calls.append
+
+    monkeypatch.setattr(module.Host, "__init__", init)
 
     class Failed(Exception):
         pass
@@ -488,7 +492,12 @@ def test_a_leaving_host_drains_each_instance_before_stopping_it_even_without_a_r
     log: list[str] = []
     host = fake_host(log, FakeServers(log), router=False)
     running = iter([2, 1, 0, 0])
-    host.running = lambda url: log.append(f"running? {url.rsplit(':', 1)[1]}") or next(running)
+
+    def asked(url: str) -> float:
+        log.append(f"running? {url.rsplit(':', 1)[1]}")
+        return next(running)
+
+    host.running = asked
     stopped = module.stop(host, [instance(30000, tmp_path), instance(30001, tmp_path)], {**params, "drain": True})
     assert stopped == ["sglang-30000", "sglang-30001"]
     assert log == [
