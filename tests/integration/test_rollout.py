@@ -153,7 +153,8 @@ def test_a_canary_whose_accept_length_drops_is_rolled_back_and_the_rollout_stops
     ]
     assert "Rollout stopped at sglang-30000" in report
     assert "the canary regressed over 4 s against 6 peer(s)" in report
-    assert "avg_spec_accept_length 1.50 is more than 20% below the peers' 2.80" in report
+    # The simulator's accept lengths are averages of what it generated: about 1.5 and 2.8.
+    assert re.search(r"avg_spec_accept_length 1\.[45]\d is more than 20% below the peers' 2\.[78]\d", report), report
     assert "the previous configuration is serving again" in report
     assert "SGLANG_SIM_ACCEPT_LENGTH" not in on_host("b200", "cat", "/etc/sglang-fleet/sglang-30000.env")
     assert http_status("b200", "http://127.0.0.1:30000/health_generate") == 200
