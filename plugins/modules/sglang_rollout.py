@@ -31,10 +31,55 @@ options:
     description: Stop the instances (drained from the router first) instead of restarting them.
     type: bool
     default: false
+  drain:
+    description: >-
+      With C(stop=true), wait for each instance's running requests to finish also where no router is given here (the
+      instances left their gateways elsewhere first: playbooks/remove.yml).
+    type: bool
+    default: false
+  leave:
+    description: >-
+      Only take the instances out of the routers given (by the URL each knows them by), and stop nothing: run on a
+      gateway's host by playbooks/remove.yml, before the leaving host drains and stops its instances.
+    type: bool
+    default: false
   batch:
     description: Instances restarted at once.
     type: int
     default: 1
+  later:
+    description: >-
+      This host's instances of later waves of a fleet rollout (C(sglang_rollout_max_unavailable)): not restarted by this
+      call; when it fails, their last verified files are put back as for its own instances not attempted.
+    type: list
+    elements: dict
+    default: []
+  canary_seconds:
+    description: >-
+      With more than 0, each instance of this call is a canary: once verified and back in its routers, the rollout watches
+      it for this many seconds (a probe generation every C(interval) seconds, to it and to C(canary_peers), the instances
+      of its model not yet rolled) and compares it with them; a regression beyond C(canary_max_regression) rolls it back
+      and fails.
+    type: float
+    default: 0
+  canary_max_regression:
+    description: >-
+      The regression a canary may show, as a fraction: its C(avg_spec_accept_length) (C(/server_info)) below the peers'
+      mean by more than this, or its mean time to first token over the watch (C(sglang:time_to_first_token_seconds) of
+      C(/metrics), where both sides served requests) above the peers' by more than this, fails it; so does any failed
+      probe generation.
+    type: float
+    default: 0.2
+  canary_peers:
+    description: For each served model, the URLs of its instances not yet rolled, which a canary is compared with.
+    type: dict
+    default: {}
+  halted:
+    description: >-
+      Why the fleet's rollout stopped before this call (another host's failure in an earlier wave): nothing restarts; the
+      instances' (and C(later)'s) last verified files are put back and the module fails with this reason.
+    type: str
+    default: ""
   router_url:
     description: The host's sglang-router; empty when there is none.
     type: str
@@ -123,6 +168,10 @@ stopped:
   description: With C(stop=true), the names of the instances stopped, in order.
   returned: when stop is true
   type: list
+left:
+  description: With C(leave=true), the names of the instances taken out of the routers (none when no router answered).
+  returned: when leave is true
+  type: list
 restarted:
   description:
     - Names of the instances restarted and verified, in order, each with seconds to ready, its verification, the
@@ -177,13 +226,17 @@ def metrics_text(url: str) -> str | None:
         return None
 
 
+def metric_sum(text: str | None, name: str) -> float | None:
+    """The sum of a metric's samples over its labels (None when the text has none)."""
+    values = [
+        float(line.rsplit(" ", 1)[1]) for line in (text or "").splitlines() if line.split("{", 1)[0].split(" ", 1)[0] == name
+    ]
+    return sum(values) if values else None
+
+
 def running_requests(url: str) -> float | None:
     """Requests the server is working on, from its Prometheus metrics (None without --enable-metrics)."""
-    text = metrics_text(url)
-    if text is None:
-        return None
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("sglang:num_running_reqs")]
-    return sum(values) if values else None
+    return metric_sum(metrics_text(url), "sglang:num_running_reqs")
 
 
 def settle_files(instance: dict[str, Any]) -> None:
@@ -220,6 +273,7 @@ class Host:
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     log: list[str] = field(default_factory=list)
+    metrics: Callable[[str], str | None] = metrics_text
 
 
 def expected_speculative(instance: dict[str, Any]) -> dict[str, Any]:
@@ -350,6 +404,100 @@ def load_back(host: Host, instance: dict[str, Any], url: str, change: dict[str, 
     return f"loaded back {change['from']} in place (weight_version {previous}) and restored its files"
 
 
+def accept_length(host: Host, url: str) -> float | None:
+    """The server's average speculative accept length (/server_info), None without one or when it does not answer."""
+    try:
+        states = (host.get_json(f"{url.rstrip('/')}/server_info") or {}).get("internal_states") or [{}]
+        value = states[0].get("avg_spec_accept_length")
+    except Exception:
+        return None
+    return None if value is None else float(value)
+
+
+def ttft_totals(host: Host, url: str) -> tuple[float, float] | None:
+    """(sum, count) of the server's time-to-first-token histogram (/metrics, with --enable-metrics)."""
+    text = host.metrics(url)
+    total, count = (
+        metric_sum(text, "sglang:time_to_first_token_seconds_sum"),
+        metric_sum(text, "sglang:time_to_first_token_seconds_count"),
+    )
+    return None if total is None or count is None else (total, count)
+
+
+def mean_ttft(readings: list[tuple[tuple[float, float] | None, tuple[float, float] | None]]) -> float | None:
+    """Mean time to first token of the requests served between two readings (before, after) of some servers (None
+    without any)."""
+    pairs = [(b, a) for b, a in readings if b is not None and a is not None]
+    count = sum(a[1] - b[1] for b, a in pairs)
+    return sum(a[0] - b[0] for b, a in pairs) / count if count > 0 else None
+
+
+def answers(host: Host, url: str, probe: dict[str, Any]) -> bool:
+    """Whether a probe generation at the server returns tokens."""
+    try:
+        answer = host.get_json(f"{url.rstrip('/')}/generate", probe)
+    except Exception:
+        return False
+    return int(((answer or {}).get("meta_info") or {}).get("completion_tokens") or 0) >= 1
+
+
+def canary_watch(host: Host, batch: list[dict[str, Any]], params: dict[str, Any], verified: dict[str, str]) -> dict[str, str]:
+    """Watches the verified, routed canaries for canary_seconds against their models' instances not yet rolled
+    (canary_peers): probe errors, accept length, time to first token. Returns why each canary that regressed beyond
+    canary_max_regression did (its summary in `verified` gets the figures of those that did not)."""
+    seconds, allowed = float(params["canary_seconds"]), float(params["canary_max_regression"])
+    peers = {i["name"]: list((params.get("canary_peers") or {}).get(i.get("served_model_name") or "") or []) for i in batch}
+    urls = list(dict.fromkeys([i["url"] for i in batch] + [url for found in peers.values() for url in found]))
+    before = {url: ttft_totals(host, url) for url in urls}
+    probes = dict.fromkeys(verified, 0)
+    errors = dict.fromkeys(verified, 0)
+    probe = {
+        "text": "sglang-fleet canary probe:",
+        "sampling_params": {"max_new_tokens": params["probe_tokens"], "temperature": 0},
+    }
+    deadline = host.clock() + seconds
+    while host.clock() < deadline:
+        for instance in batch:
+            probes[instance["name"]] += 1
+            if not answers(host, instance["url"], probe):
+                errors[instance["name"]] += 1
+        # The peers get the same probes: their figures cover the same requests (and a peer that served none since it
+        # started has an accept length to compare with). Their errors are not the canary's.
+        for url in urls[len(batch) :]:
+            answers(host, url, probe)
+        host.sleep(max(0.0, min(float(params["interval"]), deadline - host.clock())))
+    after = {url: ttft_totals(host, url) for url in urls}
+    regressed = {}
+    for instance in batch:
+        name, own = instance["name"], [instance["url"]]
+        reasons, figures = [], [f"{probes[name] - errors[name]}/{probes[name]} probes answered"]
+        if errors[name]:
+            reasons.append(f"{errors[name]} of {probes[name]} probe generations failed")
+        accepts = [value for value in (accept_length(host, url) for url in peers[name]) if value is not None]
+        mine = accept_length(host, instance["url"])
+        if mine is not None and accepts:
+            peer = sum(accepts) / len(accepts)
+            figures.append(f"accept length {mine:.2f} vs {peer:.2f}")
+            if mine < peer * (1 - allowed):
+                reasons.append(f"avg_spec_accept_length {mine:.2f} is more than {allowed:.0%} below the peers' {peer:.2f}")
+        ttft = mean_ttft([(before[url], after[url]) for url in own])
+        peer_ttft = mean_ttft([(before[url], after[url]) for url in peers[name]])
+        if ttft is not None and peer_ttft is not None:
+            figures.append(f"TTFT {ttft:.3f} s vs {peer_ttft:.3f} s")
+            if ttft > peer_ttft * (1 + allowed):
+                reasons.append(
+                    f"mean time to first token {ttft:.3f} s is more than {allowed:.0%} above the peers' {peer_ttft:.3f} s"
+                )
+        if reasons:
+            regressed[name] = (
+                f"{name}: the canary regressed over {seconds:g} s against {len(peers[name])} peer(s), its model's instances "
+                "not yet rolled: " + "; ".join(reasons)
+            )
+        else:
+            verified[name] += f"; canary {seconds:g} s: " + ", ".join(figures)
+    return regressed
+
+
 def save_last_good(instance: dict[str, Any]) -> None:
     """Keeps a copy of the files a verified instance runs with, to roll back to (owner and mode kept).
 
@@ -426,18 +574,27 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
             stopped_at = host.now()
             ready = start_and_check(host, batch, params) if batch else {}
             noticed_at = host.now()
+            verified, verified_at = {}, {}
             for instance in batch:
                 current = instance
-                summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
-                verified_at = host.now()
+                verified[instance["name"]] = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
+                verified_at[instance["name"]] = host.now()
                 rejoin_routers(host, instance)
+            regressed = canary_watch(host, batch, params, verified) if float(params.get("canary_seconds") or 0) > 0 else {}
+            for instance in batch:
+                if instance["name"] in regressed:
+                    continue
                 save_last_good(instance)
                 done[instance["name"]] = {
                     "ready_seconds": ready.get(instance["unit"]),
                     "noticed_at": noticed_at,
-                    "verified": summary,
-                    **startup_figures(host, instance, verified_at - stopped_at),
+                    "verified": verified[instance["name"]],
+                    **startup_figures(host, instance, verified_at[instance["name"]] - stopped_at),
                 }
+            for instance in batch:
+                if instance["name"] in regressed:
+                    current = instance
+                    raise RolloutError(regressed[instance["name"]])
         except Exception as error:
             failed_at = host.now()
             journal = host.journal(current["unit"], params["journal_lines"], since=started - 1)
@@ -448,13 +605,11 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
                 for instance in batch
                 if instance["name"] not in done
             }
-            untouched = [instance["name"] for instance in instances[start + size :]]
+            later = [*instances[start + size :], *params.get("later", [])]
+            untouched = [instance["name"] for instance in later]
             # Their processes still run the last verified files: put those back on disk too, so a crash does not
             # restart them into an unverified configuration. The next deploy writes and rolls them again.
-            # Every one of them restored (a list, not any()'s short cut), then one reload if any file changed.
-            restored = [restore(instance) for instance in instances[start + size :]]
-            if any(restored):
-                host.systemctl("daemon-reload")
+            restore_all(host, later)
             return {
                 "restarted": done,
                 "failed": current["name"],
@@ -467,11 +622,21 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
     return {"restarted": done}
 
 
+def restore_all(host: Host, instances: list[dict[str, Any]]) -> None:
+    """Puts back the last verified files of instances left running their previous files; one reload if any changed.
+    Every one of them restored (a list, not any()'s short cut)."""
+    restored = [restore(instance) for instance in instances]
+    if any(restored):
+        host.systemctl("daemon-reload")
+
+
 def stop(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) -> list[str]:
     """Takes each instance out of every router, lets it finish its requests, and stops its unit."""
     stopped = []
     for instance in instances:
         leave_routers(host, instance, params["drain_timeout"])
+        if params.get("drain") and not host.routers:
+            drain(host, instance, params["drain_timeout"])
         host.systemctl("stop", instance["unit"])
         stopped.append(instance["name"])
     return stopped
@@ -607,7 +772,14 @@ def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:
 ARGUMENT_SPEC: dict[str, Any] = {
     "instances": {"type": "list", "elements": "dict", "required": True},
     "stop": {"type": "bool", "default": False},
+    "leave": {"type": "bool", "default": False},
+    "drain": {"type": "bool", "default": False},
     "batch": {"type": "int", "default": 1},
+    "later": {"type": "list", "elements": "dict", "default": []},
+    "canary_seconds": {"type": "float", "default": 0.0},
+    "canary_max_regression": {"type": "float", "default": 0.2},
+    "canary_peers": {"type": "dict", "default": {}},
+    "halted": {"type": "str", "default": ""},
     "router_url": {"type": "str", "default": ""},
     "router_admin_key": {"type": "str", "default": "", "no_log": True},
     "router_keys_file": {"type": "path", "default": ""},
@@ -643,9 +815,20 @@ def main() -> None:
     params = module.params
     names = [instance["name"] for instance in params["instances"]]
     if module.check_mode or not names:
+        if params["leave"]:
+            module.exit_json(changed=bool(names), left=[], would_leave=names)
         if params["stop"]:
             module.exit_json(changed=bool(names), stopped=[], would_stop=names)
         module.exit_json(changed=bool(names), restarted={}, would_restart=names)
+    if params["halted"].strip():
+        later = [*params["instances"], *params["later"]]
+        restore_all(Host(), later)
+        module.fail_json(
+            msg=f"Rollout stopped before {', '.join(names)}: {params['halted'].strip()}",
+            changed=False,
+            restarted={},
+            not_attempted=[instance["name"] for instance in later],
+        )
     wanted = [{"url": params["router_url"], "admin_key": params["router_admin_key"], "keys_file": params["router_keys_file"]}]
     routers = []
     try:
@@ -666,6 +849,11 @@ def main() -> None:
     except (RolloutError, listeners.ListenerError) as error:
         module.fail_json(msg=f"Rollout not started: {error}", changed=False, restarted={}, not_attempted=names)
     host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), routers=routers)
+    if params["leave"]:
+        for instance in params["instances"]:
+            for router in routers:
+                router.remove(instance[router.worker_url])
+        module.exit_json(changed=bool(routers), left=names if routers else [])
     if params["stop"]:
         module.exit_json(changed=True, stopped=stop(host, params["instances"], params))
     result = rollout(host, params["instances"], params)

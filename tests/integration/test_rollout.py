@@ -118,3 +118,50 @@ def test_systemd_restarts_a_killed_server_and_readiness_returns(sandbox: Run) ->
     )
     assert int(unit_property("b200", unit, "NRestarts")) == restarts + 1
     assert http_status("b200", "http://127.0.0.1:30006/health_generate") == 200
+
+
+def test_a_canary_whose_accept_length_drops_is_rolled_back_and_the_rollout_stops_with_the_others_untouched(
+    sandbox: Run, tmp_path: Path
+) -> None:
+    """b200's seven instances of one model, all changed, a budget of 3 and a canary: the canary (sglang-30000) rolls
+    alone, verified (its accept length 1.5 is above the minimum 1.0), then watched against the six not yet rolled
+    (the simulator's default 2.8 for EAGLE with 3 steps): more than 20% below, it is rolled back and nothing else rolls."""
+    before = unit_starts("b200")
+    others = " ".join(
+        f"/etc/systemd/system/sglang-{port}.service /etc/sglang-fleet/sglang-{port}.env" for port in range(30001, 30007)
+    )
+    files = file_digests("b200", others)
+    changed: dict[str, Any] = {"server_args": {"max-running-requests": 256}}
+    overrides: dict[int, dict[str, Any]] = {
+        0: {"environment": {"SGLANG_SIM_ACCEPT_LENGTH": "1.5"}},
+        **{index: changed for index in range(1, 7)},
+    }
+    result = deploy_with_overrides(tmp_path, overrides, sglang_rollout_max_unavailable=3, sglang_rollout_canary_seconds=4)
+    report = "\n".join(result.failure_messages())
+    rolled = [
+        (data["task"], data.get("res", {}).get("msg") or data.get("res", {}).get("restarted"))
+        for kind in ("runner_on_ok", "runner_on_failed")
+        for data in result.results(kind)
+        if "wave" in data["task"]
+    ]
+    assert result.rc != 0, rolled
+    [waves] = [data["res"]["msg"] for data in result.results() if data["task"] == "Say what rolls, in which waves"]
+    assert [line.split(": ", 2)[::2] for line in waves] == [
+        ["wave 1/3", "b200/sglang-30000"],
+        ["wave 2/3", "b200/sglang-30001, b200/sglang-30002, b200/sglang-30003"],
+        ["wave 3/3", "b200/sglang-30004, b200/sglang-30005, b200/sglang-30006"],
+    ]
+    assert "Rollout stopped at sglang-30000" in report
+    assert "the canary regressed over 4 s against 6 peer(s)" in report
+    # The simulator's accept lengths are averages of what it generated: about 1.5 and 2.8.
+    assert re.search(r"avg_spec_accept_length 1\.[45]\d is more than 20% below the peers' 2\.[78]\d", report), report
+    assert "the previous configuration is serving again" in report
+    assert "SGLANG_SIM_ACCEPT_LENGTH" not in on_host("b200", "cat", "/etc/sglang-fleet/sglang-30000.env")
+    assert http_status("b200", "http://127.0.0.1:30000/health_generate") == 200
+    after = unit_starts("b200")
+    assert [unit for unit in before if before[unit] != after[unit]] == ["sglang-30000.service"]
+    assert file_digests("b200", others) == files, "the later waves keep their verified files"
+    # As after any stopped rollout: the instances not attempted had their verified files written back (newer than
+    # their processes), so the next deploy restarts them once, into the inventory's files.
+    restored = run_playbook("deploy.yml", limit="b200")
+    assert restored.rc == 0, restored.failure_messages()

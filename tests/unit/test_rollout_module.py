@@ -399,3 +399,141 @@ def test_each_restarted_instance_reports_its_start_up_and_the_rollouts_stop_to_v
     }  # fmt: skip
     assert first["stop_to_verified_seconds"] == 14.0, "restart at one tick, ready the next, verified the one after"
     assert second["startup"] == {}, "no --enable-metrics: no figures, and nothing fails"
+
+
+class PerPortServers(FakeServers):
+    """FakeServers whose accept length is per port (the canary's own, the peers' another); `failing` ports answer
+    probe generations with an error."""
+
+    def __init__(self, log: list[str], accepts: dict[int, float], failing: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+        super().__init__(log)
+        self.accepts, self.failing = accepts, set(failing)
+
+    def __call__(self, url: str, payload: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        port = int(url.split(":")[2].split("/")[0])
+        if url.endswith("/generate") and port in self.failing and payload and "canary" in payload["text"]:
+            raise OSError("HTTP 500")
+        self.accept = self.accepts.get(port, 2.5)
+        self.generated.add(port)
+        return super().__call__(url, payload, **kwargs)
+
+
+def canary_params(params: dict[str, Any]) -> dict[str, Any]:
+    return {**params, "canary_seconds": 10, "canary_max_regression": 0.2, "canary_peers": {"qwen": ["http://127.0.0.1:30001"]}}
+
+
+def canary(port: int, tmp_path: Path) -> dict[str, Any]:
+    return {**instance(port, tmp_path, written=True), "served_model_name": "qwen"}
+
+
+def test_a_canary_whose_accept_length_drops_below_its_peers_is_rolled_back_and_the_later_waves_keep_their_files(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    log: list[str] = []
+    later = canary(30001, tmp_path)
+    host = fake_host(log, PerPortServers(log, {30000: 1.6, 30001: 3.2}))
+    result = module.rollout(host, [canary(30000, tmp_path)], {**canary_params(params), "later": [later]})
+    assert result["failed"] == "sglang-30000"
+    assert "the canary regressed over 10 s against 1 peer(s)" in result["reason"]
+    assert "avg_spec_accept_length 1.60 is more than 20% below the peers' 3.20" in result["reason"]
+    assert "the previous configuration is serving again" in result["rollback"]["sglang-30000"]
+    assert (tmp_path / "sglang-30000.service").read_text() == "previous"
+    assert (tmp_path / "last-good" / "sglang-30000.service").read_text() == "previous", "never kept as verified"
+    assert result["not_attempted"] == ["sglang-30001"]
+    assert (tmp_path / "sglang-30001.service").read_text() == "previous", "a later wave's verified files are back"
+    assert "restart sglang-30001.service" not in log
+
+
+def test_a_canary_within_the_threshold_is_kept_with_its_figures(tmp_path: Path, params: dict[str, Any]) -> None:
+    log: list[str] = []
+    host = fake_host(log, PerPortServers(log, {30000: 2.9, 30001: 3.2}))
+    result = module.rollout(host, [canary(30000, tmp_path)], canary_params(params))
+    assert "failed" not in result
+    assert result["restarted"]["sglang-30000"]["verified"].endswith(
+        "; canary 10 s: 10/10 probes answered, accept length 2.90 vs 3.20"
+    )
+    assert (tmp_path / "last-good" / "sglang-30000.service").read_text() == "new"
+
+
+def test_a_canary_whose_probes_fail_is_rolled_back(tmp_path: Path, params: dict[str, Any]) -> None:
+    log: list[str] = []
+    host = fake_host(log, PerPortServers(log, {}, failing={30000}))
+    result = module.rollout(host, [canary(30000, tmp_path)], canary_params(params))
+    assert "10 of 10 probe generations failed" in result["reason"]
+
+
+def test_a_canary_slower_to_the_first_token_than_its_peers_is_rolled_back(tmp_path: Path, params: dict[str, Any]) -> None:
+    log: list[str] = []
+    host = fake_host(log, PerPortServers(log, {}))
+    readings = {"30000": iter([(1.0, 10), (6.0, 20)]), "30001": iter([(1.0, 10), (2.0, 20)])}
+
+    def metrics(url: str) -> str:
+        total, count = next(readings[url.rsplit(":", 1)[1]])
+        return (
+            "# TYPE sglang:time_to_first_token_seconds histogram\n"
+            f'sglang:time_to_first_token_seconds_sum{{model_name="qwen"}} {total}\n'
+            f'sglang:time_to_first_token_seconds_count{{model_name="qwen"}} {count}\n'
+        )
+
+    host.metrics = metrics
+    result = module.rollout(host, [canary(30000, tmp_path)], canary_params(params))
+    assert "mean time to first token 0.500 s is more than 20% above the peers' 0.100 s" in result["reason"]
+
+
+def test_a_rollout_halted_by_another_hosts_failure_restarts_nothing_and_puts_the_verified_files_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[Any] = []
+
+    def init(self: module.Host, **_: Any) -> None:
+        self.systemctl = calls.append
+
+    monkeypatch.setattr(module.Host, "__init__", init)
+
+    class Failed(Exception):
+        pass
+
+    class FakeModule:
+        def __init__(self, argument_spec: dict[str, Any], **_: Any) -> None:
+            self.check_mode = False
+            self.params = {name: spec.get("default") for name, spec in argument_spec.items()} | {
+                "instances": [instance(30000, tmp_path, written=True)],
+                "later": [instance(30001, tmp_path, written=True)],
+                "halted": "b200 failed: Rollout stopped at sglang-30003",
+            }
+
+        def fail_json(self, **result: Any) -> None:
+            raise Failed(result)
+
+    monkeypatch.setattr("ansible.module_utils.basic.AnsibleModule", FakeModule)
+    with pytest.raises(Failed) as failed:
+        module.main()
+    result = failed.value.args[0]
+    assert result["msg"] == "Rollout stopped before sglang-30000: b200 failed: Rollout stopped at sglang-30003"
+    assert result["not_attempted"] == ["sglang-30000", "sglang-30001"]
+    assert (tmp_path / "sglang-30000.service").read_text() == "previous"
+    assert (tmp_path / "sglang-30001.env").read_text() == "previous"
+    assert calls == ["daemon-reload"]
+
+
+def test_a_leaving_host_drains_each_instance_before_stopping_it_even_without_a_router_here(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    log: list[str] = []
+    host = fake_host(log, FakeServers(log), router=False)
+    running = iter([2, 1, 0, 0])
+
+    def asked(url: str) -> float:
+        log.append(f"running? {url.rsplit(':', 1)[1]}")
+        return next(running)
+
+    host.running = asked
+    stopped = module.stop(host, [instance(30000, tmp_path), instance(30001, tmp_path)], {**params, "drain": True})
+    assert stopped == ["sglang-30000", "sglang-30001"]
+    assert log == [
+        "running? 30000", "running? 30000", "running? 30000", "stop sglang-30000.service",
+        "running? 30001", "stop sglang-30001.service",
+    ]  # fmt: skip
+    log.clear()
+    module.stop(host, [instance(30002, tmp_path)], params)
+    assert log == ["stop sglang-30002.service"], "a reshape without a router does not wait"
