@@ -273,7 +273,6 @@ class Host:
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     log: list[str] = field(default_factory=list)
-    metrics: Callable[[str], str | None] = metrics_text
 
 
 def expected_speculative(instance: dict[str, Any]) -> dict[str, Any]:
