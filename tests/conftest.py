@@ -66,8 +66,9 @@ def plan_settings(host: str, **overrides: Any) -> dict[str, Any]:
 
 def model_filters() -> dict[str, Callable[..., Any]]:
     from ansible_collections.sglang.fleet.plugins.filter.sglang_model import FilterModule
+    from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses
 
-    return FilterModule().filters()
+    return {**FilterModule().filters(), "sglang_node_addresses": node_addresses}
 
 
 # The stand-in's files besides its shards, as the test hosts get them: real SGLang refuses a multimodal checkpoint
