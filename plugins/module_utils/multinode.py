@@ -217,7 +217,7 @@ def node_problems(host: str, play_hosts: Sequence[str], hostvars: Mapping[str, A
                         where,
                         f"{VARIABLE}.{group}.nodes",
                         instance["nodes"],
-                        f"node {node} has no part of this instance planned in this run (not in the play, or its group differs)",
+                        f"node {node} has no part of this instance planned in this run (not in the play, its preflight found problems, or its group differs)",
                         f"deploy every node together (--limit {','.join(instance['nodes'])}) with the same group on each",
                     )
                 )

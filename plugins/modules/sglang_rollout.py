@@ -188,6 +188,10 @@ def expected_speculative(instance: dict[str, Any]) -> dict[str, Any]:
 
 def verify(host: Host, instance: dict[str, Any], probe_tokens: int, min_accept: float) -> str:
     """Checks what the running server resolved and that it generates; returns a one-line summary."""
+    if not instance.get("serves_http", True):
+        # A node of rank other than 0 of an instance across hosts: SGLang serves only /health there, once its
+        # schedulers joined rank 0 (what the wait for readiness saw, with its unit running); rank 0 is verified.
+        return f"node rank {instance.get('node_rank')}: unit running, joined rank 0"
     url = instance["url"].rstrip("/")
     info = host.get_json(f"{url}/server_info")
     for key, value in expected_speculative(instance).items():
@@ -442,6 +446,8 @@ def router_for(url: str, control_keys: list[str], worker_api_key: str = "", work
 
 def leave_routers(host: Host, instance: dict[str, Any], timeout: float) -> None:
     """Takes the instance out of every router that routes to it (when there is one) and lets it finish its requests."""
+    if not instance.get("serves_http", True):
+        return
     for router in host.routers:
         router.remove(instance[router.worker_url])
     if host.routers:
@@ -450,6 +456,8 @@ def leave_routers(host: Host, instance: dict[str, Any], timeout: float) -> None:
 
 def rejoin_routers(host: Host, instance: dict[str, Any]) -> None:
     """Puts a verified instance back into every router that routes to it."""
+    if not instance.get("serves_http", True):
+        return
     for router in host.routers:
         router.add(instance[router.worker_url], instance.get("served_model_name") or "")
 

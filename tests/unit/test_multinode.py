@@ -180,6 +180,17 @@ def test_a_node_left_out_of_the_run_stops_the_instance(node_plan: Plan) -> None:
     alike = node_hostvars(node_plan)
     assert node_problems("ct129", ["ct129"], alike) == [
         'ct129 instance sglang-30000: sglang_instance_groups.big.nodes=["ct129", "ct130"]: node ct130 has no part of this'
-        " instance planned in this run (not in the play, or its group differs); fix: deploy every node together"
+        " instance planned in this run (not in the play, its preflight found problems, or its group differs); fix: deploy every node together"
         " (--limit ct129,ct130) with the same group on each"
     ]
+
+
+def test_a_gateway_routes_to_rank_0_alone_also_on_a_node_of_another_rank(node_plan: Plan) -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_gateway_members
+
+    on_network = {"sglang_listen_host": "0.0.0.0", "sglang_api_key": "k"}
+    hostvars = node_hostvars(node_plan, **{node: {**on_network, "sglang_advertise_host": ADDRESSES[node]} for node in NODES})
+    for node in NODES:
+        hostvars[node]["sglang_router"] = {"gateways": [{"host": "ct130"}]}
+    members = sglang_gateway_members(hostvars, NODES, "ct130", NODES)
+    assert members["workers"] == ["http://10.0.0.29:30000"]

@@ -369,3 +369,16 @@ def test_a_router_an_earlier_release_started_is_managed_with_its_one_key(tmp_pat
     (tmp_path / "router.env").write_text('#\n# Managed by Ansible\n#\nSGLANG_API_KEY="sk-old \\"quoted\\""\n')
     keys = module.router_keys(str(tmp_path / "router.json"), "admin-new", "")
     assert keys == ['sk-old "quoted"', "admin-new"]
+
+
+def test_a_node_of_rank_1_is_restarted_and_waited_for_but_neither_routed_nor_asked_over_http(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    """An instance across hosts: SGLang serves HTTP at rank 0; another rank answers /health alone (module multinode)."""
+    log: list[str] = []
+    servers = FakeServers(log)
+    node = {**instance(30000, tmp_path), "serves_http": False, "node_rank": 1}
+    result = module.rollout(fake_host(log, servers), [node], params)
+    assert log == ["restart sglang-30000.service", "ready sglang-30000"]
+    assert servers.generated == set()
+    assert result["restarted"]["sglang-30000"]["verified"] == "node rank 1: unit running, joined rank 0"
