@@ -75,7 +75,7 @@ def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Ma
             where,
             variable,
             list(nodes),
-            f"this host is not one of the group's nodes, yet has the group",
+            "this host is not one of the group's nodes, yet has the group",
             "set the group only on its nodes (group_vars of an inventory group of exactly these hosts)",
         )
         return None
@@ -86,7 +86,10 @@ def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Ma
         )
         return None
     interface = group.get("network_interface") or ""
-    if not isinstance(interface, str) or not interface.replace("^", "").replace(",", "").replace("-", "").replace(".", "").isalnum():
+    if (
+        not isinstance(interface, str)
+        or not interface.replace("^", "").replace(",", "").replace("-", "").replace(".", "").isalnum()
+    ):
         problems.add(
             where,
             f"{VARIABLE}.{name}.network_interface",
@@ -117,7 +120,9 @@ def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Ma
     }
 
 
-def node_instance(instance: Mapping[str, Any], node: Mapping[str, Any], settings: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
+def node_instance(
+    instance: Mapping[str, Any], node: Mapping[str, Any], settings: Mapping[str, Any], facts: Mapping[str, Any]
+) -> dict[str, Any]:
     """The instance as this node runs it: SGLang's node flags (before --config, which the unit names last), the NCCL and
     Gloo interface, and what the whole-instance checks and the roles read (rank; only rank 0 serves HTTP)."""
     argv = list(instance["argv"])
@@ -142,10 +147,16 @@ def node_instance(instance: Mapping[str, Any], node: Mapping[str, Any], settings
         **({} if node["rank"] == 0 else {"remote_url": ""}),
         "node_facts": {
             "version": str(settings.get("version") or ""),
-            "model": {"path": instance["model_path"], "revision": source.get("revision", "")} if source else instance["model_path"],
+            "model": {"path": instance["model_path"], "revision": source.get("revision", "")}
+            if source
+            else instance["model_path"],
             "gpu_names": sorted({names.get(gpu, "") for gpu in instance["gpu_ids"]}),
             "node_gpus": len(instance["gpu_ids"]),
-            "shape": [instance["tensor_parallel_size"], instance["ranks"] // max(1, instance["tensor_parallel_size"] * instance["pipeline_parallel_size"]), instance["pipeline_parallel_size"]],
+            "shape": [
+                instance["tensor_parallel_size"],
+                instance["ranks"] // max(1, instance["tensor_parallel_size"] * instance["pipeline_parallel_size"]),
+                instance["pipeline_parallel_size"],
+            ],
             "nodes": node["nodes"],
             "rendezvous": node["rendezvous"],
         },
@@ -217,7 +228,8 @@ def node_problems(host: str, play_hosts: Sequence[str], hostvars: Mapping[str, A
                         where,
                         f"{VARIABLE}.{group}.nodes",
                         instance["nodes"],
-                        f"node {node} has no part of this instance planned in this run (not in the play, its preflight found problems, or its group differs)",
+                        f"node {node} has no part of this instance planned in this run"
+                        " (not in the play, its preflight found problems, or its group differs)",
                         f"deploy every node together (--limit {','.join(instance['nodes'])}) with the same group on each",
                     )
                 )

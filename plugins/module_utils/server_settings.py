@@ -37,8 +37,11 @@ MANAGED_FLAGS: dict[str, str] = {
 MANAGED_FIXES: dict[str, str] = {
     "--config": "put each setting in sglang_server_args (sglang-fleet passes --config itself, with sglang_api_key's file)",
     # An instance across hosts: its nodes, ranks and rendezvous come from one declaration (module_utils/multinode.py).
-    **dict.fromkeys(("--nnodes", "--node-rank", "--dist-init-addr"), "list the hosts in an sglang_instance_groups entry's nodes"
-                    " (README: An instance across hosts); sglang-fleet passes the node flags to every node"),
+    **dict.fromkeys(
+        ("--nnodes", "--node-rank", "--dist-init-addr"),
+        "list the hosts in an sglang_instance_groups entry's nodes"
+        " (README: An instance across hosts); sglang-fleet passes the node flags to every node",
+    ),
 }
 # Environment that makes torch.distributed span hosts another way (SGLang reads SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE,
 # torch's env:// the others).

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import http_instances
 from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses, node_problems
 
@@ -23,7 +22,9 @@ ADDRESSES = {"ct129": "10.0.0.29", "ct130": "10.0.0.30"}
 def node_plan(plan: Plan) -> Plan:
     """plan() of one node of the group (both nodes have ct129's shape and settings)."""
 
-    def run(node: str = "ct129", group: dict[str, Any] | None = None, facts: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
+    def run(
+        node: str = "ct129", group: dict[str, Any] | None = None, facts: dict[str, Any] | None = None, **overrides: Any
+    ) -> dict[str, Any]:
         hostvars = {name: {"ansible_host": address} for name, address in ADDRESSES.items()}
         return plan(
             "ct129", facts, inventory_hostname=node, hostvars=hostvars, sglang_instance_groups=[group or BIG], **overrides
@@ -155,22 +156,34 @@ def test_spanning_hosts_by_hand_is_refused_with_the_supported_way(
 
 
 def node_hostvars(node_plan: Plan, **per_node: dict[str, Any]) -> dict[str, Any]:
-    return {
-        node: {"sglang_instances": node_plan(node, **per_node.get(node, {}))["instances"]} for node in NODES
-    }
+    return {node: {"sglang_instances": node_plan(node, **per_node.get(node, {}))["instances"]} for node in NODES}
 
 
 def test_the_nodes_are_checked_as_a_whole(node_plan: Plan) -> None:
     alike = node_hostvars(node_plan)
     assert node_problems("ct129", NODES, alike) == [] == node_problems("ct130", NODES, alike)
     # ct130 runs another release, and another GPU type.
-    other = {"facts": {"gpus": [{"index": i, "uuid": f"GPU-{i}", "name": "NVIDIA L40S", "memory_total_mib": 46068,
-                                  "memory_used_mib": 0, "minor_number": i} for i in range(2)]}, "sglang_version": "0.5.17"}
+    other = {
+        "facts": {
+            "gpus": [
+                {
+                    "index": i,
+                    "uuid": f"GPU-{i}",
+                    "name": "NVIDIA L40S",
+                    "memory_total_mib": 46068,
+                    "memory_used_mib": 0,
+                    "minor_number": i,
+                }
+                for i in range(2)
+            ]
+        },
+        "sglang_version": "0.5.17",
+    }
     differ = node_hostvars(node_plan, ct130=other)
     lines = node_problems("ct129", NODES, differ)
-    assert lines[0].startswith('ct129 instance sglang-30000: sglang_version="0.5.23": node ct130 has \'0.5.17\':')
+    assert lines[0].startswith("ct129 instance sglang-30000: sglang_version=\"0.5.23\": node ct130 has '0.5.17':")
     assert lines[1].startswith(
-        'ct129 instance sglang-30000: sglang_gpu_ids=["NVIDIA RTX A6000"]: node ct130 has [\'NVIDIA L40S\']: every node of'
+        "ct129 instance sglang-30000: sglang_gpu_ids=[\"NVIDIA RTX A6000\"]: node ct130 has ['NVIDIA L40S']: every node of"
         " the instance needs the same GPU type; fix: set sglang_gpu_ids alike on ct129, ct130"
     )
     assert len(lines) == 2
@@ -180,7 +193,8 @@ def test_a_node_left_out_of_the_run_stops_the_instance(node_plan: Plan) -> None:
     alike = node_hostvars(node_plan)
     assert node_problems("ct129", ["ct129"], alike) == [
         'ct129 instance sglang-30000: sglang_instance_groups.big.nodes=["ct129", "ct130"]: node ct130 has no part of this'
-        " instance planned in this run (not in the play, its preflight found problems, or its group differs); fix: deploy every node together"
+        " instance planned in this run (not in the play, its preflight found problems, or its group differs);"
+        " fix: deploy every node together"
         " (--limit ct129,ct130) with the same group on each"
     ]
 
