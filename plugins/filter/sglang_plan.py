@@ -14,7 +14,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks impor
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import group_model_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, connect_url, remote_url, url_host
-from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses, node_problems
+from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses, node_instances, node_problems
 from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines, parse_problems
 from ansible_collections.sglang.fleet.plugins.module_utils.plan import plan_host
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
@@ -99,6 +99,8 @@ class FilterModule:
             "sglang_node_addresses": node_addresses,
             "sglang_node_problems": node_problems,
             "sglang_http_instances": http_instances,
+            # What the nodes of an instance across hosts do together (restart, keep, roll back), from their facts.
+            "sglang_node_instances": node_instances,
         }
 
 

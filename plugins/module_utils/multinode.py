@@ -247,3 +247,14 @@ def node_problems(host: str, play_hosts: Sequence[str], hostvars: Mapping[str, A
                         )
                     )
     return lines
+
+
+def node_instances(instances: Sequence[Mapping[str, Any]], hostvars: Mapping[str, Any], fact: str) -> list[Mapping[str, Any]]:
+    """This host's parts of instances that span hosts whose group any of their nodes names in its fact `fact` (a list
+    of group names each node published: changed, failed): what every node then does together."""
+    return [
+        instance
+        for instance in instances
+        if "nodes" in instance
+        and any(instance.get("group") in ((hostvars.get(node) or {}).get(fact) or []) for node in instance["nodes"])
+    ]

@@ -208,3 +208,16 @@ def test_a_gateway_routes_to_rank_0_alone_also_on_a_node_of_another_rank(node_pl
         hostvars[node]["sglang_router"] = {"gateways": [{"host": "ct130"}]}
     members = sglang_gateway_members(hostvars, NODES, "ct130", NODES)
     assert members["workers"] == ["http://10.0.0.29:30000"]
+
+
+def test_every_node_of_a_group_any_node_names_acts_together(node_plan: Plan) -> None:
+    from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_instances
+
+    hostvars = node_hostvars(node_plan)
+    mine = hostvars["ct130"]["sglang_instances"]
+    # Only rank 0's files changed: rank 1 restarts too; a group no node names stays.
+    hostvars["ct129"]["_sglang_server_nodes_changed"] = ["big"]
+    assert [i["name"] for i in node_instances(mine, hostvars, "_sglang_server_nodes_changed")] == ["sglang-30000"]
+    assert node_instances(mine, hostvars, "_sglang_server_nodes_failed") == []
+    hostvars["ct129"]["_sglang_server_nodes_changed"] = ["other"]
+    assert node_instances(mine, hostvars, "_sglang_server_nodes_changed") == []
