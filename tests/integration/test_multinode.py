@@ -1,4 +1,4 @@
-"""An instance that spans hosts on the sandbox: span0 and span1 (inventory/sandbox/span.yml) serve the tiny model at
+"""An instance that spans hosts on the sandbox: span0 and span1 (inventory/sandbox-span/span.yml) serve the tiny model at
 tensor parallel 2, one stand-in GPU each, rank 0 on span0. Deployed and verified at rank 0; a changed setting restarts
 both nodes; a node that fails its start makes the instance fail readiness, and both nodes roll back together."""
 
@@ -9,17 +9,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fleet import SANDBOX_INVENTORY, Run, http_status, on_host, run_playbook, unit_starts, wait_until
+from fleet import ROOT, Run, http_status, on_host, run_playbook, unit_starts, wait_until
 
+# The sandbox's inventory and these two hosts (`make sandbox-span`): `make sandbox` leaves them out.
+SPAN = ROOT / "inventory/sandbox-span"
 NODES = "span0,span1"
 UNIT = "sglang-30000.service"
 
 
 @pytest.fixture(scope="module")
 def span() -> Run:
-    hosts = run_playbook("playbooks/sandbox.yml", limit=f"{NODES},localhost")
+    hosts = run_playbook("playbooks/sandbox.yml", inventory=SPAN, limit=f"{NODES},localhost")
     assert hosts.rc == 0, hosts.failure_messages()
-    deployed = run_playbook("deploy.yml", limit=NODES)
+    deployed = run_playbook("deploy.yml", inventory=SPAN, limit=NODES)
     assert deployed.rc == 0, deployed.failure_messages()
     return deployed
 
@@ -27,7 +29,7 @@ def span() -> Run:
 def with_vars(tmp_path: Path, group: dict[str, object] | None = None, span1: dict[str, object] | None = None) -> Path:
     """The sandbox inventory with the instance's group entry and span1's own variables changed."""
     target = tmp_path / "inventory"
-    shutil.copytree(SANDBOX_INVENTORY, target, symlinks=False)
+    shutil.copytree(SPAN, target, symlinks=False)
     path = target / "span.yml"
     inventory = yaml.safe_load(path.read_text())
     entry = inventory["span_instance"]["vars"]["sglang_instance_groups"][0]
@@ -46,7 +48,7 @@ def test_each_node_runs_its_rank_and_rank_0_serves_the_instance(span: Run) -> No
     # Rank 1 answers /health alone (SGLang's dummy health server).
     assert http_status("span1", "http://127.0.0.1:30000/health") == 200
     assert http_status("span1", "http://127.0.0.1:30000/server_info") == 404
-    assert run_playbook("deploy.yml", limit=NODES).changed() == []
+    assert run_playbook("deploy.yml", inventory=SPAN, limit=NODES).changed() == []
 
 
 def test_a_changed_setting_restarts_both_nodes_verified(span: Run, tmp_path: Path) -> None:
