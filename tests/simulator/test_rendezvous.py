@@ -6,6 +6,8 @@ source; to be pinned by issue 42's recording of a node rank 0 of 2 with its peer
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -59,3 +61,49 @@ def test_a_missing_node_fails_rank_0_after_the_timeout_with_torchs_message(
         "torch.distributed.DistStoreError: Timed out after 2 seconds waiting for clients. 1/2 clients joined."
         in rank0.stop()
     )
+
+
+RECORDING = Path(__file__).resolve().parents[1] / "recordings/sglang-0.5.17-h100-multinode-missing-node"
+
+
+def recorded(name: str) -> tuple[list[str], int]:
+    """A recorded server's log lines (the `[+ seconds]` prefix and timestamps cut) and its exit status."""
+    lines = (RECORDING / f"{name}.server.log").read_text().splitlines()
+    text = [re.sub(r"^\[\+ *[\d.]+s\] ", "", line) for line in lines if not line.startswith("#")]
+    exits = json.loads((RECORDING / "exits.json").read_text())
+    return [re.sub(r"^\[[\d :-]+( TP\d+)?\] ", "", line) for line in text], int(exits[name]["returncode"])
+
+
+def test_rank_0_with_its_peer_missing_ends_as_recorded(start_server: Start, model_dir: Path) -> None:
+    lines, status = recorded("tp2-nnodes2-rank0")
+    # --dist-timeout 60 recorded; the simulator is given 1 (the message counts the seconds it waited, plus 1).
+    rank0 = start_server(node_args(model_dir, 0, free_port(), 1))
+    assert rank0.proc.wait(timeout=15) == status == -signal.SIGKILL
+    output = [re.sub(r"^\[[\d :-]+( TP\d+)?\] ", "", line) for line in rank0.stop().splitlines()]
+    for line in (
+        "Init torch distributed begin.",
+        "Scheduler hit an exception: Traceback (most recent call last):",
+        "Received sigquit from a child process. It usually means the child failed.",
+    ):
+        assert line in lines and line in output
+    [error] = [line for line in lines if line.startswith("torch.distributed.DistStoreError")]
+    assert (
+        error == "torch.distributed.DistStoreError: Timed out after 61 seconds waiting for clients."
+        " 1/2 clients joined."
+    )
+    assert error.replace("61 seconds", "2 seconds") in output
+    ending = [line for line in lines if line.startswith("kill_process_tree called")][-1]
+    assert re.sub(r"\d+", "N", ending) == re.sub(r"\d+", "N", output[-1])
+
+
+def test_tensor_parallel_that_does_not_divide_over_the_nodes_is_refused_as_recorded(
+    start_server: Start, model_dir: Path
+) -> None:
+    lines, status = recorded("tp1-nnodes2-rank0")
+    args = node_args(model_dir, 0, free_port(), 60)
+    args[args.index("--tp-size") + 1] = "1"
+    node = start_server(args)
+    assert node.proc.wait(timeout=15) == status == 1
+    output = node.stop().splitlines()
+    assert output[-1] == lines[-1] == "AssertionError: tp_size must be divisible by number of nodes"
+    assert any("kill_process_tree called" in line and "include_parent=False" in line for line in output)

@@ -212,6 +212,20 @@ class Launch:
         self._cleanup()
         return 1
 
+    def _check_server_args_failed(self, message: str) -> int:
+        """``check_server_args`` asserts in ``_launch_subprocesses``: the children are killed, the exception
+        ends the process (exit 1; recorded in tests/recordings/sglang-0.5.17-h100-multinode-missing-node/)."""
+        self.log.info(
+            "kill_process_tree called: parent_pid=%d, include_parent=False, pid=%d", self.pid, self.pid
+        )
+        sys.stderr.write(
+            "Traceback (most recent call last):\n"
+            '  File "sglang/srt/server_args.py", in check_server_args\n'
+            f"{message}\n"
+        )
+        sys.stderr.flush()
+        return 1
+
     def _warmup_failed(self, answer: str) -> int:
         """``_execute_server_warmup`` got an answer other than 200: it logs the assertion, kills the tree."""
         self.log.error("Initialization failed. warmup error: Traceback (most recent call last):")
@@ -247,6 +261,8 @@ class Launch:
         except StartupError as exc:
             _report(self.log, exc, scheduler=False)
             return 1
+        if rendezvous.indivisible(resolved.settings):
+            return self._check_server_args_failed(rendezvous.INDIVISIBLE)
         self.log.info("%s", _server_args_line(resolved.settings))
         multimodal = self.facts.multimodal(resolved.model.architectures)
         tokenizer = tokenizer_files(str(resolved.settings["tokenizer_path"]))
@@ -262,6 +278,7 @@ class Launch:
         node = rendezvous.node_of(plan.settings)
         if node is not None:
             # Every scheduler joins the rendezvous before any weight loads (module rendezvous).
+            self.sched_log.info("Init torch distributed begin.")
             try:
                 rendezvous.join(node, self.stop.is_set)
             except (RendezvousError, OSError) as exc:

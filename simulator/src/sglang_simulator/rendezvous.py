@@ -1,16 +1,17 @@
 """SGLang's multi-node start (``--nnodes N --node-rank i --dist-init-addr host:port``), as the simulator plays
 it.
 
-Read in SGLang 0.5.17's source (distributed/bootstrap.py, distributed/parallel_state.py,
-entrypoints/engine.py): every scheduler joins torch.distributed's rendezvous at --dist-init-addr, which rank
-0 hosts (a TCPStore), before any weight loads; rank 0 waits there for every rank of every node, for --dist-
-timeout seconds (torch's default for NCCL, 600, when unset), and then fails with torch's ``DistStoreError:
-Timed out after <timeout + 1> seconds waiting for clients. <joined>/<world size> clients joined.``; a node
-of another rank runs its schedulers only, and once they are ready ``launch_dummy_health_check_server``
-answers ``/health``, ``/health_generate`` and ``/ping`` with 200 on its --port (nothing else). Not yet
-pinned by a recording of the real thing (issue 42's tests/recordings/sglang-0.5.17-h200-multinode-missing-
-node/ is to replace this reading): the message of a node of another rank that cannot reach rank 0, and what
-each node says when a peer goes away after the start.
+Recorded on real 0.5.17 as node rank 0 of 2 with the other node never started
+(tests/recordings/sglang-0.5.17-h100-multinode-missing-node/, tests/simulator/test_rendezvous.py replays
+it): the scheduler logs ``Init torch distributed begin.`` and waits at the rendezvous it hosts (torch's
+TCPStore at --dist-init-addr) for --dist-timeout seconds, then fails with ``torch.distributed.DistStoreError:
+Timed out after <timeout + 1> seconds waiting for clients. <joined>/<world size> clients joined.``, and the
+server SIGKILLs itself; tensor x pipeline parallel that does not divide over the nodes is refused by
+check_server_args (exit 1). Read in the source (entrypoints/engine.py, utils/common.py), not recorded: the
+timeout is torch's default for NCCL, 600 s, when --dist-timeout is unset; a node of another rank runs its
+schedulers only, and once they joined ``launch_dummy_health_check_server`` answers ``/health``,
+``/health_generate`` and ``/ping`` with 200 on its --port, nothing else. The simulator's own until recorded:
+the message of a node of another rank that cannot reach rank 0, and what a node says when a peer goes away.
 
 The simulator's rendezvous is a line protocol on that TCP port: a node of another rank sends its rank, rank
 0 answers ``ready`` once every node joined; each side keeps its connection and crashes when the other's
@@ -27,6 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# check_server_args: tensor x pipeline parallel must divide over the nodes (recorded: tp 1 over 2 nodes).
+INDIVISIBLE = "AssertionError: tp_size must be divisible by number of nodes"
 # torch.distributed's default process-group timeout for NCCL (seconds), SGLang's when --dist-timeout is unset.
 DEFAULT_TIMEOUT = 600
 
@@ -48,6 +51,12 @@ class Node:
     world: int
     peers: list[socket.socket] = field(default_factory=list)
     listener: socket.socket | None = None
+
+
+def indivisible(settings: Mapping[str, Any]) -> bool:
+    """Whether check_server_args refuses the launch: tp x pp not a multiple of --nnodes."""
+    world = int(settings.get("tp_size") or 1) * int(settings.get("pp_size") or 1)
+    return world % max(1, int(settings.get("nnodes") or 1)) != 0
 
 
 def node_of(settings: Mapping[str, Any]) -> Node | None:
