@@ -86,9 +86,8 @@ def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Ma
         )
         return None
     interface = group.get("network_interface") or ""
-    if (
-        not isinstance(interface, str)
-        or not interface.replace("^", "").replace(",", "").replace("-", "").replace(".", "").isalnum()
+    if not isinstance(interface, str) or (
+        interface and not interface.replace("^", "").replace(",", "").replace("-", "").replace(".", "").isalnum()
     ):
         problems.add(
             where,

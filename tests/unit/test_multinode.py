@@ -52,6 +52,13 @@ def test_each_node_runs_its_rank_of_one_instance_with_the_rendezvous_at_rank_0(n
     assert second["remote_url"] == ""
 
 
+def test_without_an_interface_nccl_and_gloo_choose_their_own(node_plan: Plan) -> None:
+    result = node_plan(group={key: value for key, value in BIG.items() if key != "network_interface"})
+    assert result["problems"] == []
+    [instance] = result["instances"]
+    assert "NCCL_SOCKET_IFNAME" not in instance["environment"] and "GLOO_SOCKET_IFNAME" not in instance["environment"]
+
+
 def test_the_rendezvous_takes_the_groups_port_and_an_ipv6_address_in_brackets(plan: Plan) -> None:
     group = {**BIG, "rendezvous_port": 29500}
     result = plan("ct129", hostvars={"ct129": {"sglang_advertise_host": "fd00::29"}}, sglang_instance_groups=[group])
