@@ -35,7 +35,7 @@ options:
     description: >-
       For the nodes of instances that span hosts (each planned with C(nodes)), the same task on every node: C(start)
       restarts all the given instances at once, waits for them and verifies them (rank 0 over HTTP, another rank by its
-      unit and C(/health)), and reports a failure in C(failed) instead of failing or rolling back (the next task decides
+      unit and C(/health)), and reports a failure in C(failed_instance) instead of failing or rolling back (the next task decides
       for every node of the instance); C(keep) keeps their files as verified; C(roll_back) restores their last verified
       files and restarts them all at once, waited for. Empty - the rollout above.
     type: str
@@ -137,7 +137,7 @@ restarted:
   description: Names of the instances restarted and verified, in order, with seconds to ready.
   returned: always
   type: dict
-failed:
+failed_instance:
   description: With C(nodes=start), the instance that failed to start or its verification (then C(reason), C(journal)).
   returned: when an instance failed
   type: str
@@ -371,9 +371,10 @@ def start_nodes(host: Host, instances: list[dict[str, Any]], params: dict[str, A
             summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
             done[instance["name"]] = {"ready_seconds": ready.get(instance["unit"]), "verified": summary}
     except Exception as error:
+        # Not `failed`: Ansible reads that key of a module's result as the task's failure.
         return {
             "restarted": done,
-            "failed": current["name"],
+            "failed_instance": current["name"],
             "reason": str(error),
             "journal": host.journal(current["unit"], params["journal_lines"], since=started - 1),
         }

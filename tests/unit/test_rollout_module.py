@@ -391,7 +391,8 @@ def test_the_nodes_of_an_instance_across_hosts_start_at_once_and_report_a_failur
     rank0 = {**instance(30000, tmp_path, written=True), "node_rank": 0, "nodes": ["a", "b"]}
     broken = FakeServers(log, broken={30000})
     result = module.start_nodes(fake_host(log, broken), [rank0], params)
-    assert result["failed"] == "sglang-30000" and "speculative_algorithm=None" in result["reason"]
+    assert result["failed_instance"] == "sglang-30000" and "speculative_algorithm=None" in result["reason"]
+    assert "failed" not in result, "Ansible would read it as the task's failure"
     assert result["journal"] == "journal of sglang-30000.service"
     # Neither rolled back nor back in the router: the next task decides for every node.
     assert log == ["router-remove 30000", "restart sglang-30000.service", "ready sglang-30000"]
