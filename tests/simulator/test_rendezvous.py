@@ -107,3 +107,28 @@ def test_tensor_parallel_that_does_not_divide_over_the_nodes_is_refused_as_recor
     output = node.stop().splitlines()
     assert output[-1] == lines[-1] == "AssertionError: tp_size must be divisible by number of nodes"
     assert any("kill_process_tree called" in line and "include_parent=False" in line for line in output)
+
+
+def test_a_node_retries_when_a_stopping_rank_0_drops_its_connection() -> None:
+    """All nodes restart together: the old rank 0 may still accept and then drop the new node's connection."""
+    import socket
+    import threading
+
+    from sglang_simulator import rendezvous
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def old_then_new_rank_0() -> None:
+        dropped, _ = listener.accept()
+        dropped.close()  # the stopping rank 0
+        joined, _ = listener.accept()
+        assert joined.makefile("r").readline().strip() == "1"
+        joined.sendall(b"ready\n")
+
+    threading.Thread(target=old_then_new_rank_0, daemon=True).start()
+    node = rendezvous.Node(rank=1, nnodes=2, host="127.0.0.1", port=port, timeout=10, per_node=1, world=2)
+    rendezvous.join(node, lambda: False)
+    assert len(node.peers) == 1
+    rendezvous.close(node)
+    listener.close()

@@ -115,27 +115,28 @@ def join(node: Node, stopped: Callable[[], bool]) -> None:
         for peer in node.peers:
             peer.sendall(b"ready\n")
         return
+    # Like torch's client, a node retries until the timeout: rank 0 may not listen yet, or an earlier
+    # rank 0 that is stopping may still accept and then drop the connection (every node restarting).
     while True:
         if stopped():
             return
         try:
             peer = socket.create_connection((node.host, node.port), timeout=1.0)
-            break
+            peer.sendall(f"{node.rank}\n".encode())
+            peer.settimeout(max(0.1, deadline - time.monotonic()))
+            if peer.makefile("r").readline().strip() == "ready":
+                node.peers.append(peer)
+                return
+            peer.close()
         except OSError:
-            if time.monotonic() >= deadline:
-                # Not pinned by a recording (module docstring).
-                raise RendezvousError(
-                    "torch.distributed.DistNetworkError: The client socket has timed out after "
-                    f"{int(node.timeout)}s while trying to connect to ({node.host}, {node.port})."
-                ) from None
-            time.sleep(0.2)
-    peer.sendall(f"{node.rank}\n".encode())
-    peer.settimeout(max(0.1, deadline - time.monotonic()))
-    if peer.makefile("r").readline().strip() != "ready":
-        raise RendezvousError(
-            "torch.distributed.DistStoreError: rank 0 closed the rendezvous before every node joined"
-        )
-    node.peers.append(peer)
+            pass
+        if time.monotonic() >= deadline:
+            # Not pinned by a recording (module docstring).
+            raise RendezvousError(
+                "torch.distributed.DistNetworkError: The client socket has timed out after "
+                f"{int(node.timeout)}s while trying to connect to ({node.host}, {node.port})."
+            )
+        time.sleep(0.2)
 
 
 def watch(node: Node, lost: Callable[[str], None]) -> None:
