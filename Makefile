@@ -6,7 +6,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-down sandbox-scale sandbox-scale-down bench-scale sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror galaxy-dist galaxy-check
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-span sandbox-down sandbox-scale sandbox-scale-down bench-scale sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror galaxy-dist galaxy-check
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -36,6 +36,12 @@ status: venv ## Print every sandbox instance with its URL and health
 sandbox-prometheus: sandbox-hosts mirror ## The sandbox listening on its network, and Prometheus there on http://127.0.0.1:19090
 	ansible-playbook deploy.yml $(SANDBOX) -e @inventory/sandbox-on-network.yml
 	ansible-playbook playbooks/sandbox-prometheus.yml $(SANDBOX) -e @inventory/sandbox-on-network.yml
+
+# Two more test hosts, span0 and span1, serving one instance across hosts (inventory/sandbox-span: the sandbox's inventory
+# and these two); `make sandbox` leaves them out.
+sandbox-span: sandbox-hosts mirror ## Test hosts span0 and span1 + deploy the instance they serve together
+	ansible-playbook playbooks/sandbox.yml -i inventory/sandbox-span --limit span0,span1,localhost
+	ansible-playbook deploy.yml -i inventory/sandbox-span --limit span0,span1
 
 sandbox-down: ## Remove the test hosts, the sandbox's Prometheus and their network
 	-docker rm --force --volumes $$(docker ps --all --quiet --filter label=sglang-fleet=sandbox) 2>/dev/null

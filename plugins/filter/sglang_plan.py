@@ -14,6 +14,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks impor
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import group_model_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, connect_url, remote_url, url_host
+from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses, node_instances, node_problems
 from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines, parse_problems
 from ansible_collections.sglang.fleet.plugins.module_utils.plan import plan_host
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
@@ -68,6 +69,11 @@ def sglang_plan(
     return plan_host(settings, facts, loaded, declared_variables())
 
 
+def http_instances(instances: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The instances that serve HTTP: all but the nodes of rank other than 0 of an instance across hosts."""
+    return [instance for instance in instances if instance.get("serves_http", True)]
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -88,6 +94,13 @@ class FilterModule:
             "sglang_tokenizer_paths": tokenizer_paths,
             # The model directories of the instance groups that serve one of their own.
             "sglang_group_model_paths": group_model_paths,
+            # An instance across hosts (module_utils/multinode.py): its nodes' addresses, its whole-instance checks, and
+            # the instances a router or gateway reaches (not a node of a rank other than 0).
+            "sglang_node_addresses": node_addresses,
+            "sglang_node_problems": node_problems,
+            "sglang_http_instances": http_instances,
+            # What the nodes of an instance across hosts do together (restart, keep, roll back), from their facts.
+            "sglang_node_instances": node_instances,
         }
 
 

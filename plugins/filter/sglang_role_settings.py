@@ -41,8 +41,10 @@ def sglang_router_processes(instances: Sequence[Mapping[str, Any]], settings: Ma
     (role sglang_plan: sglang_reshape), drained from every process that routes to them; a process in front of more than
     one model (`gateway_models`: the fleet's) runs sglang-router's multi-model mode (`by_model`)."""
     router, gateway = settings["router"], settings["gateway"]
-    urls = [instance["url"] for instance in instances]
-    names = [instance["served_model_name"] for instance in instances]
+    # The instances a router reaches: an instance across hosts at its rank 0 alone (`serves_http`, role sglang_plan).
+    served = [instance for instance in instances if instance.get("serves_http", True)]
+    urls = [instance["url"] for instance in served]
+    names = [instance["served_model_name"] for instance in served]
     displaced = settings.get("displaced") or []
     members: Mapping[str, Any] = (settings.get("gateway_members") or {}) if gateway["enabled"] else {}
     return [
@@ -55,7 +57,7 @@ def sglang_router_processes(instances: Sequence[Mapping[str, Any]], settings: Ma
             workers=urls,
             models=dict(zip(urls, names, strict=True)),
             keep=[],
-            displaced=[instance["url"] for instance in instances if instance["unit"] in displaced],
+            displaced=[instance["url"] for instance in served if instance["unit"] in displaced],
         ),
         _router_process(
             "gateway",

@@ -102,7 +102,8 @@ def sglang_gateway_members(
         stopped_first = (hostvars[host].get("sglang_reshape") or {}).get("displaced") or []
         for instance in hostvars[host].get("sglang_instances") or []:
             url = instance["url"] if host == gateway else instance.get("remote_url") or ""
-            if url:
+            # A node of rank other than 0 of an instance across hosts answers /health alone: rank 0 is the worker.
+            if url and instance.get("serves_http", True):
                 workers.append(url)
                 models[url] = str(instance.get("served_model_name") or "")
                 if instance.get("unit") in stopped_first:

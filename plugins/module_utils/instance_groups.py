@@ -24,6 +24,10 @@ GROUP_KEYS = (
     "server_args",
     "environment",
     "instance_overrides",
+    # An instance across hosts (module_utils/multinode.py).
+    "nodes",
+    "rendezvous_port",
+    "network_interface",
 )
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 VARIABLE = "sglang_instance_groups"

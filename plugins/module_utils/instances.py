@@ -93,14 +93,20 @@ def shape(problems: HostProblems, settings: Mapping[str, Any], gpu_ids: Sequence
     if tensor is None or data is None or pipeline is None or port_base is None or nccl_base is None:
         return None
     ranks = tensor * data * pipeline
-    per_instance = settings["gpus_per_instance"] or ranks
-    if per_instance != ranks:
+    # An instance across hosts (module_utils/multinode.py) holds its share of the ranks on each node.
+    nodes = int(settings.get("nnodes") or 1)
+    per_node = ranks // nodes
+    per_instance = settings["gpus_per_instance"] or per_node
+    if per_instance != per_node or ranks % nodes:
+        across = f" over {nodes} nodes" if nodes > 1 else ""
         problems.add(
             "host",
-            "sglang_gpus_per_instance",
-            per_instance,
-            f"tensor x data x pipeline parallel = {tensor} x {data} x {pipeline} = {ranks} GPUs per instance",
-            f"set sglang_gpus_per_instance: {ranks} or change the parallel sizes",
+            "sglang_gpus_per_instance" if settings["gpus_per_instance"] else "sglang_tensor_parallel_size",
+            per_instance if settings["gpus_per_instance"] else tensor,
+            f"tensor x data x pipeline parallel = {tensor} x {data} x {pipeline} = {ranks} GPUs per instance{across}",
+            f"set sglang_gpus_per_instance: {per_node} or change the parallel sizes"
+            if not ranks % nodes
+            else f"make tensor x data x pipeline parallel a multiple of the {nodes} nodes",
         )
         return None
     fitting = len(gpu_ids) // per_instance

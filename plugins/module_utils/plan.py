@@ -32,6 +32,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks impor
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import GroupProblems, checked_groups, group_settings
 from ansible_collections.sglang.fleet.plugins.module_utils.instances import derive_instances, gpu_device
+from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_instance, node_settings, rendezvous_problems
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems
 from ansible_collections.sglang.fleet.plugins.module_utils.reshape import reshape
 from ansible_collections.sglang.fleet.plugins.module_utils.server_settings import (
@@ -131,10 +132,19 @@ def plan_host(
             instances += plan_group(problems, settings, facts, free, support)
         else:
             own = group_settings(settings, group, len(instances))
+            node = node_settings(problems, settings, group)
+            if node is None:
+                continue
+            if node:
+                own.update(nnodes=node["nnodes"], instance_count=1)
             planned = plan_group(GroupProblems(problems, group), own, facts, free, support)
-            instances += [{**instance, "group": group["name"]} for instance in planned]
+            instances += [
+                {**(node_instance(instance, node, own, facts) if node else instance), "group": group["name"]}
+                for instance in planned
+            ]
     memory_problems(problems, settings, facts, instances)
     gpu_and_port_problems(problems, settings, facts, instances)
+    rendezvous_problems(problems, facts, instances)
     return {
         "instances": instances,
         "problems": problems.lines,

@@ -36,7 +36,18 @@ MANAGED_FLAGS: dict[str, str] = {
 # Fixes for the fleet-managed settings that have no variable of their own.
 MANAGED_FIXES: dict[str, str] = {
     "--config": "put each setting in sglang_server_args (sglang-fleet passes --config itself, with sglang_api_key's file)",
+    # An instance across hosts: its nodes, ranks and rendezvous come from one declaration (module_utils/multinode.py).
+    **dict.fromkeys(
+        ("--nnodes", "--node-rank", "--dist-init-addr"),
+        "list the hosts in an sglang_instance_groups entry's nodes"
+        " (README: An instance across hosts); sglang-fleet passes the node flags to every node",
+    ),
 }
+# Environment that makes torch.distributed span hosts another way (SGLang reads SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE,
+# torch's env:// the others).
+MULTINODE_ENVIRONMENT = frozenset(
+    ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE")
+)
 # Any character below 0x20 and DEL: in a unit or environment file it starts a new line or breaks the value.
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
@@ -283,6 +294,14 @@ def check_environment(
                 f"SGLang {support.version} no longer reads it and ignores it silently"
                 + (f" ({since(still)} reads it)" if still else ""),
                 fix,
+            )
+        elif name in MULTINODE_ENVIRONMENT:
+            problems.add(
+                where,
+                f"{variable}.{name}",
+                value,
+                "an instance spans hosts only as sglang-fleet plans it (ranks, rendezvous, every node restarted together)",
+                f"remove {name}; list the hosts in an sglang_instance_groups entry's nodes (README: An instance across hosts)",
             )
         elif name.startswith(("SGLANG_", "SGL_")) and not support.knows_environment(name):
             having = support.versions_reading(name)

@@ -43,6 +43,16 @@ options:
       gateway's host by playbooks/remove.yml, before the leaving host drains and stops its instances.
     type: bool
     default: false
+  nodes:
+    description: >-
+      For the nodes of instances that span hosts (each planned with C(nodes)), the same task on every node: C(start)
+      restarts all the given instances at once, waits for them and verifies them (rank 0 over HTTP, another rank by its
+      unit and C(/health)), and reports a failure in C(failed_instance) instead of failing or rolling back (the next task decides
+      for every node of the instance); C(keep) keeps their files as verified; C(roll_back) restores their last verified
+      files and restarts them all at once, waited for. Empty - the rollout above.
+    type: str
+    default: ""
+    choices: ["", start, keep, roll_back]
   batch:
     description: Instances restarted at once.
     type: int
@@ -180,6 +190,18 @@ restarted:
       C(weight_update); empty without C(--enable-metrics)).
   returned: always
   type: dict
+failed_instance:
+  description: With C(nodes=start), the instance that failed to start or its verification (then C(reason), C(journal)).
+  returned: when an instance failed
+  type: str
+kept:
+  description: With C(nodes=keep), the instances whose files were kept as verified.
+  returned: when nodes is keep
+  type: list
+rollback:
+  description: With C(nodes=roll_back) (or a failed rollout), what each instance's rollback did.
+  returned: when rolled back
+  type: dict
 """
 
 import functools
@@ -287,6 +309,10 @@ def expected_speculative(instance: dict[str, Any]) -> dict[str, Any]:
 
 def verify(host: Host, instance: dict[str, Any], probe_tokens: int, min_accept: float) -> str:
     """Checks what the running server resolved and that it generates; returns a one-line summary."""
+    if not instance.get("serves_http", True):
+        # A node of rank other than 0 of an instance across hosts: SGLang serves only /health there, once its
+        # schedulers joined rank 0 (what the wait for readiness saw, with its unit running); rank 0 is verified.
+        return f"node rank {instance.get('node_rank')}: unit running, joined rank 0"
     url = instance["url"].rstrip("/")
     info = host.get_json(f"{url}/server_info")
     for key, value in expected_speculative(instance).items():
@@ -629,6 +655,64 @@ def restore_all(host: Host, instances: list[dict[str, Any]]) -> None:
         host.systemctl("daemon-reload")
 
 
+def start_nodes(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    """This node's part of instances that span hosts, restarted on every node by the same task: all at once (SGLang's
+    rank 0 waits for the other ranks at the rendezvous, so no node waits for another's restart), waited for and
+    verified; a failure is returned, not rolled back here: every node of the instance rolls back together."""
+    done: dict[str, Any] = {}
+    current = instances[0]
+    started = host.now()
+    try:
+        for instance in instances:
+            current = instance
+            leave_routers(host, instance, params["drain_timeout"])
+        current = instances[0]
+        ready = start_and_check(host, instances, params)
+        for instance in instances:
+            current = instance
+            summary = verify(host, instance, params["probe_tokens"], params["min_accept_length"])
+            done[instance["name"]] = {"ready_seconds": ready.get(instance["unit"]), "verified": summary}
+    except Exception as error:
+        # Not `failed`: Ansible reads that key of a module's result as the task's failure.
+        return {
+            "restarted": done,
+            "failed_instance": current["name"],
+            "reason": str(error),
+            "journal": host.journal(current["unit"], params["journal_lines"], since=started - 1),
+        }
+    return {"restarted": done}
+
+
+def keep_nodes(host: Host, instances: list[dict[str, Any]]) -> list[str]:
+    """Every node of the instances passed: their files become the verified ones, and rank 0 serves its routers again."""
+    for instance in instances:
+        save_last_good(instance)
+        rejoin_routers(host, instance)
+    return [instance["name"] for instance in instances]
+
+
+def roll_back_nodes(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, str]:
+    """A node of the instances failed: every node restores its last verified files and restarts at once, waited for."""
+    restored = {instance["name"]: restore(instance) for instance in instances}
+    back = [instance for instance in instances if restored[instance["name"]]]
+    outcomes = {
+        name: "no verified configuration to restore (the instance never passed verification); it is left as it is"
+        for name, files in restored.items()
+        if not files
+    }
+    if back:
+        try:
+            start_and_check(host, back, params)
+            for instance in back:
+                rejoin_routers(host, instance)
+            outcomes.update({i["name"]: f"restored {', '.join(restored[i['name']])}; serving again" for i in back})
+        except Exception as error:
+            outcomes.update(
+                {i["name"]: f"restored {', '.join(restored[i['name']])} but it did not come back: {error}" for i in back}
+            )
+    return outcomes
+
+
 def stop(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) -> list[str]:
     """Takes each instance out of every router, lets it finish its requests, and stops its unit."""
     stopped = []
@@ -746,6 +830,8 @@ def router_for(url: str, control_keys: list[str], worker_api_key: str = "", work
 
 def leave_routers(host: Host, instance: dict[str, Any], timeout: float) -> None:
     """Takes the instance out of every router that routes to it (when there is one) and lets it finish its requests."""
+    if not instance.get("serves_http", True):
+        return
     for router in host.routers:
         router.remove(instance[router.worker_url])
     if host.routers:
@@ -754,6 +840,8 @@ def leave_routers(host: Host, instance: dict[str, Any], timeout: float) -> None:
 
 def rejoin_routers(host: Host, instance: dict[str, Any]) -> None:
     """Puts a verified instance back into every router that routes to it."""
+    if not instance.get("serves_http", True):
+        return
     for router in host.routers:
         router.add(instance[router.worker_url], instance.get("served_model_name") or "")
 
@@ -773,6 +861,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "stop": {"type": "bool", "default": False},
     "leave": {"type": "bool", "default": False},
     "drain": {"type": "bool", "default": False},
+    "nodes": {"type": "str", "default": "", "choices": ["", "start", "keep", "roll_back"]},
     "batch": {"type": "int", "default": 1},
     "later": {"type": "list", "elements": "dict", "default": []},
     "canary_seconds": {"type": "float", "default": 0.0},
@@ -855,6 +944,12 @@ def main() -> None:
         module.exit_json(changed=bool(routers), left=names if routers else [])
     if params["stop"]:
         module.exit_json(changed=True, stopped=stop(host, params["instances"], params))
+    if params["nodes"] == "start":
+        module.exit_json(changed=True, **start_nodes(host, params["instances"], params))
+    if params["nodes"] == "keep":
+        module.exit_json(changed=True, restarted={}, kept=keep_nodes(host, params["instances"]))
+    if params["nodes"] == "roll_back":
+        module.exit_json(changed=True, restarted={}, rollback=roll_back_nodes(host, params["instances"], params))
     result = rollout(host, params["instances"], params)
     if "failed" in result:
         rollback = "; ".join(f"{name}: {outcome}" for name, outcome in result["rollback"].items())

@@ -109,6 +109,9 @@ def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, An
         "accept_length": None,
         "startup": startup(instance["url"]),
     }
+    if not instance.get("serves_http", True):
+        # A node of rank other than 0 of an instance across hosts answers /health alone (rank 0 serves the instance).
+        return state
     try:
         info = http_json(f"{instance['url']}/server_info", api_key=api_key, timeout=30.0)
     except Exception:

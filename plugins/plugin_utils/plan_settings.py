@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.filter.sglang_model import sglang_model_dir, sglang_model_name
+from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses
 
 MISSING: Any = object()
 Variable = Callable[[str, Any], Any]
@@ -105,4 +106,9 @@ def plan_settings(variable: Variable, host: str, variable_names: Iterable[str], 
         server_text=[variable(name, default) for name, default in SERVER_TEXT],
         variable_names=list(variable_names),
     )
+    # How the nodes of a group that spans hosts reach each other (rank 0's is the rendezvous): module_utils/multinode.py.
+    # Other hosts' variables are read only for such a group.
+    groups = settings["instance_groups"]
+    spans = isinstance(groups, list) and any(isinstance(group, dict) and "nodes" in group for group in groups)
+    settings["node_addresses"] = node_addresses(groups, variable("hostvars", {})) if spans else {}
     return settings

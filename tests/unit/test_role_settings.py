@@ -56,6 +56,15 @@ def test_the_host_s_router_fronts_its_instances() -> None:
     assert (gateway["workers"], gateway["keep"], gateway["models"], gateway["displaced"]) == ([], [], {}, [])
 
 
+def test_a_node_of_another_rank_than_0_is_no_worker_of_its_host_s_router() -> None:
+    """Issue 43: an instance across hosts serves HTTP at its rank 0 alone; the router starts after its unit still."""
+    other_rank = {**INSTANCES[1], "served_model_name": "llama", "serves_http": False}
+    router, _gateway = sglang_router_processes([INSTANCES[0], other_rank], settings(displaced=["sglang-30001.service"]))
+    assert router["workers"] == ["http://127.0.0.1:30000"] and router["models"] == {"http://127.0.0.1:30000": "qwen"}
+    assert router["by_model"] is False and router["displaced"] == []
+    assert router["after"] == ["sglang-30000.service", "sglang-30001.service"]
+
+
 def test_several_models_and_a_reshape() -> None:
     two_models = [INSTANCES[0], {**INSTANCES[1], "served_model_name": "llama"}]
     (router, _gateway) = sglang_router_processes(two_models, settings(displaced=["sglang-30001.service"]))

@@ -537,3 +537,49 @@ def test_a_leaving_host_drains_each_instance_before_stopping_it_even_without_a_r
     log.clear()
     module.stop(host, [instance(30002, tmp_path)], params)
     assert log == ["stop sglang-30002.service"], "a reshape without a router does not wait"
+
+
+def test_a_node_of_rank_1_is_restarted_and_waited_for_but_neither_routed_nor_asked_over_http(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    """An instance across hosts: SGLang serves HTTP at rank 0; another rank answers /health alone (module multinode)."""
+    log: list[str] = []
+    servers = FakeServers(log)
+    node = {**instance(30000, tmp_path), "serves_http": False, "node_rank": 1}
+    result = module.rollout(fake_host(log, servers), [node], params)
+    assert log == ["restart sglang-30000.service", "ready sglang-30000"]
+    assert servers.generated == set()
+    assert result["restarted"]["sglang-30000"]["verified"] == "node rank 1: unit running, joined rank 0"
+
+
+def test_the_nodes_of_an_instance_across_hosts_start_at_once_and_report_a_failure_without_rolling_back(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    log: list[str] = []
+    rank0 = {**instance(30000, tmp_path, written=True), "node_rank": 0, "nodes": ["a", "b"]}
+    broken = FakeServers(log, broken={30000})
+    result = module.start_nodes(fake_host(log, broken), [rank0], params)
+    assert result["failed_instance"] == "sglang-30000" and "speculative_algorithm=None" in result["reason"]
+    assert "failed" not in result, "Ansible would read it as the task's failure"
+    assert result["journal"] == "journal of sglang-30000.service"
+    # Neither rolled back nor back in the router: the next task decides for every node.
+    assert log == ["router-remove 30000", "restart sglang-30000.service", "ready sglang-30000"]
+    assert (tmp_path / "sglang-30000.service").read_text() == "new"
+
+
+def test_the_nodes_keep_their_files_once_every_node_passed_or_roll_back_together(tmp_path: Path, params: dict[str, Any]) -> None:
+    log: list[str] = []
+    rank1 = {**instance(30000, tmp_path, written=True), "node_rank": 1, "nodes": ["a", "b"], "serves_http": False}
+    host = fake_host(log, FakeServers(log))
+    assert module.start_nodes(host, [rank1], params) == {
+        "restarted": {"sglang-30000": {"ready_seconds": 3.0, "verified": "node rank 1: unit running, joined rank 0"}}
+    }
+    # Another node failed: back to the last verified files, restarted, waited for.
+    outcome = module.roll_back_nodes(host, [rank1], params)
+    assert (tmp_path / "sglang-30000.service").read_text() == "previous"
+    assert outcome["sglang-30000"].endswith("; serving again")
+    assert log[-2:] == ["restart sglang-30000.service", "ready sglang-30000"]
+    # Every node passed: the running files become the verified ones.
+    (tmp_path / "sglang-30000.service").write_text("newer")
+    assert module.keep_nodes(host, [rank1]) == ["sglang-30000"]
+    assert (tmp_path / "last-good" / "sglang-30000.service").read_text() == "newer"

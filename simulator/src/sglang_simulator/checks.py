@@ -75,6 +75,11 @@ def _ordinals(settings: Mapping[str, Any]) -> list[int]:
     dp = int(settings.get("dp_size") or 1)
     base = int(settings.get("base_gpu_id") or 0)
     step = int(settings.get("gpu_id_step") or 1)
+    nnodes = int(settings.get("nnodes") or 1)
+    if nnodes > 1:
+        # A node of a multi-node launch runs its share of the ranks, from GPU 0
+        # (engine.py's _calculate_rank_ranges).
+        return [base + rank * step for rank in range(max(1, tp * pp // nnodes))]
     return [
         base + d * tp * pp * step + p * tp + t * step for d in range(dp) for p in range(pp) for t in range(tp)
     ]

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
-from . import cache_pools, gpus, logs
+from . import cache_pools, gpus, logs, rendezvous
 from .args import parse_args
 from .checks import Plan, place_launch, resolve_launch
 from .engine import Engine
@@ -43,6 +43,7 @@ from .errors import StartupError
 from .facts import Facts, load_facts
 from .knobs import KnobError, Knobs
 from .model import image_processor_error, tokenizer_files
+from .rendezvous import RendezvousError
 from .server import App, SimHTTPServer, Status, make_server
 
 LogAdapter = logging.LoggerAdapter[logging.Logger]
@@ -132,6 +133,8 @@ class Launch:
         self.facts = facts
         self.pid = os.getpid()
         self.stop = threading.Event()
+        # A peer node's loss (module rendezvous): the scheduler exception this node crashes with.
+        self.lost: str | None = None
         self.log = logs.main_logger()
         self.sched_log = logs.main_logger()
         self.server: SimHTTPServer | None = None
@@ -217,6 +220,20 @@ class Launch:
         self._cleanup()
         return 1
 
+    def _check_server_args_failed(self, message: str) -> int:
+        """``check_server_args`` asserts in ``_launch_subprocesses``: the children are killed, the exception
+        ends the process (exit 1; recorded in tests/recordings/sglang-0.5.17-h100-multinode-missing-node/)."""
+        self.log.info(
+            "kill_process_tree called: parent_pid=%d, include_parent=False, pid=%d", self.pid, self.pid
+        )
+        sys.stderr.write(
+            "Traceback (most recent call last):\n"
+            '  File "sglang/srt/server_args.py", in check_server_args\n'
+            f"{message}\n"
+        )
+        sys.stderr.flush()
+        return 1
+
     def _warmup_failed(self, answer: str) -> int:
         """``_execute_server_warmup`` got an answer other than 200: it logs the assertion, kills the tree."""
         self.log.error("Initialization failed. warmup error: Traceback (most recent call last):")
@@ -252,6 +269,8 @@ class Launch:
         except StartupError as exc:
             _report(self.log, exc, scheduler=False)
             return 1
+        if rendezvous.indivisible(resolved.settings):
+            return self._check_server_args_failed(rendezvous.INDIVISIBLE)
         self.log.info("%s", _server_args_line(resolved.settings))
         multimodal = self.facts.multimodal(resolved.model.architectures)
         tokenizer = tokenizer_files(str(resolved.settings["tokenizer_path"]))
@@ -264,9 +283,25 @@ class Launch:
         except StartupError as exc:
             _report(self.sched_log, exc, scheduler=True)
             return self._launch_failed()
+        node = rendezvous.node_of(plan.settings)
+        if node is not None:
+            # Every scheduler joins the rendezvous before any weight loads (module rendezvous).
+            self.sched_log.info("Init torch distributed begin.")
+            try:
+                rendezvous.join(node, self.stop.is_set)
+            except (RendezvousError, OSError) as exc:
+                rendezvous.close(node)
+                _scheduler_exception(self.sched_log, str(exc))
+                return self._launch_failed()
+            if self.stop.is_set():
+                rendezvous.close(node)
+                return self._shutdown_quietly()
+            rendezvous.watch(node, self._peer_lost)
         status = self._load(plan)
         if status is not None:
             return status
+        if node is not None and node.rank > 0:
+            return self._serve_other_rank(plan, node)
         # Recorded for multimodal models only: a chat template missing refuses every chat completion.
         return self._serve(
             plan,
@@ -430,7 +465,31 @@ class Launch:
             self._wait(None)
         return self._shutdown(app)
 
+    def _peer_lost(self, message: str) -> None:
+        """A peer node's connection closed: this node's collectives fail (module rendezvous)."""
+        if not self.stop.is_set():
+            self.lost = message
+            self.stop.set()
+
+    def _shutdown_quietly(self) -> int:
+        self._cleanup()
+        return 0
+
+    def _serve_other_rank(self, plan: Plan, node: rendezvous.Node) -> int:
+        """A node of rank other than 0: its schedulers only, and SGLang's dummy health server on --port."""
+        server = rendezvous.dummy_health_server(str(plan.settings["host"]), int(plan.settings["port"]))
+        self._wait(None)
+        server.shutdown()
+        rendezvous.close(node)
+        if self.lost:
+            return self._crash(self.lost, running=True)
+        self._cleanup()
+        return 0
+
     def _shutdown(self, app: App) -> int:
+        if self.lost:
+            app.status = Status.UNHEALTHY
+            return self._crash(self.lost, running=True)
         app.gracefully_exit = True
         if self.stop_signal == signal.SIGTERM:
             # SIGTERM reached the scheduler too: its death looks like a crash to the watchdog.

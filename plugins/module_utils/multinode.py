@@ -1,0 +1,259 @@
+"""An instance that spans hosts: an sglang_instance_groups entry with `nodes`, the hosts (in rank order) that serve it
+together with SGLang's own multi-node launch (`--nnodes N --node-rank i --dist-init-addr <rank 0>:<port>`).
+
+Every node plans its part from the same entry: its rank (its place in `nodes`), the rendezvous at rank 0's address, its
+share of the GPUs (tensor x data x pipeline parallel / nodes) and the network interface NCCL and Gloo use. SGLang's
+rank 0 hosts the rendezvous (torch.distributed's TCPStore at --dist-init-addr) and serves HTTP; a node of another rank
+answers only /health (SGLang's dummy health server, once its schedulers joined rank 0), so only rank 0 is a router's
+or gateway's worker. `node_problems` checks the nodes as a whole (one release, model, GPU type and count, rendezvous).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems, problem_line
+
+NODE_KEYS = ("nodes", "rendezvous_port", "network_interface")
+# SGLang's own example of --dist-init-addr (`192.168.0.2:25000`).
+DEFAULT_RENDEZVOUS_PORT = 25000
+VARIABLE = "sglang_instance_groups"
+# What every node of an instance must have alike, with the variable a difference is fixed in.
+ALIKE = (
+    ("version", "sglang_version", "the same SGLang release"),
+    ("model", "sglang_model", "the same model revision"),
+    ("gpu_names", "sglang_gpu_ids", "the same GPU type"),
+    ("node_gpus", "sglang_gpu_ids", "the same number of GPUs"),
+    ("shape", VARIABLE, "the same tensor, data and pipeline parallel sizes"),
+    ("nodes", VARIABLE, "the same nodes in the same order"),
+    ("rendezvous", VARIABLE, "the same rendezvous"),
+)
+
+
+def node_address(variables: Mapping[str, Any], host: str) -> str:
+    """How the other nodes reach `host`: its sglang_advertise_host, else its ansible_host, else its name."""
+    return str(variables.get("sglang_advertise_host") or variables.get("ansible_host") or host)
+
+
+def node_addresses(groups: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
+    """The address of every node the groups name (what the plan's rendezvous is built from)."""
+    if not isinstance(groups, Sequence) or isinstance(groups, str):
+        return {}
+    named = {
+        str(node)
+        for group in groups
+        if isinstance(group, Mapping) and isinstance(group.get("nodes"), Sequence) and not isinstance(group["nodes"], str)
+        for node in group["nodes"]
+    }
+    return {node: node_address(hostvars.get(node) or {}, node) for node in sorted(named)}
+
+
+def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Mapping[str, Any]) -> dict[str, Any] | None:
+    """This host's part of a group that spans hosts: {"nodes", "nnodes", "rank", "rendezvous", "rendezvous_port",
+    "interface"}; {} for a group on this host alone; None (and problems) when the declaration is wrong."""
+    if "nodes" not in group:
+        return {}
+    name = str(group["name"])
+    where = f"group {name}"
+    host = str(settings["host"])
+    nodes = group["nodes"]
+    variable = f"{VARIABLE}.{name}.nodes"
+    if (
+        not isinstance(nodes, Sequence)
+        or isinstance(nodes, str)
+        or len(nodes) < 2
+        or not all(isinstance(node, str) and node for node in nodes)
+        or len(set(nodes)) != len(nodes)
+    ):
+        problems.add(
+            where, variable, nodes, "must list two or more different inventory hosts, rank 0 first", "e.g. nodes: [gpu-a, gpu-b]"
+        )
+        return None
+    if host not in nodes:
+        problems.add(
+            where,
+            variable,
+            list(nodes),
+            "this host is not one of the group's nodes, yet has the group",
+            "set the group only on its nodes (group_vars of an inventory group of exactly these hosts)",
+        )
+        return None
+    port = group.get("rendezvous_port", DEFAULT_RENDEZVOUS_PORT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
+        problems.add(
+            where, f"{VARIABLE}.{name}.rendezvous_port", port, "must be a port from 1024 to 65535", "set a free port on rank 0"
+        )
+        return None
+    interface = group.get("network_interface") or ""
+    if not isinstance(interface, str) or (
+        interface and not interface.replace("^", "").replace(",", "").replace("-", "").replace(".", "").isalnum()
+    ):
+        problems.add(
+            where,
+            f"{VARIABLE}.{name}.network_interface",
+            interface,
+            "must be a network interface name (or NCCL's prefix list, e.g. eth0 or ^docker,lo)",
+            "name the interface the nodes reach each other on",
+        )
+        return None
+    count = group.get("instance_count", settings.get("instance_count"))
+    if count not in (None, 0, 1):
+        problems.add(
+            where,
+            f"{VARIABLE}.{name}.instance_count",
+            count,
+            "a group across hosts is one instance",
+            "remove instance_count (or set 1); declare another group for another instance",
+        )
+        return None
+    addresses = settings.get("node_addresses") or {}
+    address = str(addresses.get(nodes[0]) or nodes[0])
+    return {
+        "nodes": list(nodes),
+        "nnodes": len(nodes),
+        "rank": nodes.index(host),
+        "rendezvous_port": port,
+        "rendezvous": f"[{address}]:{port}" if ":" in address else f"{address}:{port}",
+        "interface": interface,
+    }
+
+
+def node_instance(
+    instance: Mapping[str, Any], node: Mapping[str, Any], settings: Mapping[str, Any], facts: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The instance as this node runs it: SGLang's node flags (before --config, which the unit names last), the NCCL and
+    Gloo interface, and what the whole-instance checks and the roles read (rank; only rank 0 serves HTTP)."""
+    argv = list(instance["argv"])
+    at = argv.index("--config") if "--config" in argv else len(argv)
+    argv[at:at] = ["--nnodes", str(node["nnodes"]), "--node-rank", str(node["rank"]), "--dist-init-addr", node["rendezvous"]]
+    environment = dict(instance["environment"])
+    if node["interface"]:
+        environment.update(NCCL_SOCKET_IFNAME=node["interface"], GLOO_SOCKET_IFNAME=node["interface"])
+    names = {gpu["index"]: str(gpu.get("name") or "") for gpu in facts.get("gpus") or []}
+    source = settings.get("model_source") or {}
+    return {
+        **instance,
+        "argv": argv,
+        "environment": environment,
+        "nodes": node["nodes"],
+        "nnodes": node["nnodes"],
+        "node_rank": node["rank"],
+        "rendezvous": node["rendezvous"],
+        "rendezvous_port": node["rendezvous_port"],
+        "serves_http": node["rank"] == 0,
+        # A node of another rank is no worker of a router or gateway (it answers /health alone).
+        **({} if node["rank"] == 0 else {"remote_url": ""}),
+        "node_facts": {
+            "version": str(settings.get("version") or ""),
+            "model": {"path": instance["model_path"], "revision": source.get("revision", "")}
+            if source
+            else instance["model_path"],
+            "gpu_names": sorted({names.get(gpu, "") for gpu in instance["gpu_ids"]}),
+            "node_gpus": len(instance["gpu_ids"]),
+            "shape": [
+                instance["tensor_parallel_size"],
+                instance["ranks"] // max(1, instance["tensor_parallel_size"] * instance["pipeline_parallel_size"]),
+                instance["pipeline_parallel_size"],
+            ],
+            "nodes": node["nodes"],
+            "rendezvous": node["rendezvous"],
+        },
+    }
+
+
+def rendezvous_problems(problems: HostProblems, facts: Mapping[str, Any], instances: Sequence[Mapping[str, Any]]) -> None:
+    """Rank 0 hosts the rendezvous: its port must be free on this host (no other program, no port of an instance)."""
+    ports = {port: instance["name"] for instance in instances for port in (instance["port"], instance["nccl_port"])}
+    listeners = {entry["port"]: entry for entry in facts.get("listening") or []}
+    own_units = {str(instance["unit"]) for instance in instances}
+    for instance in instances:
+        if instance.get("node_rank") != 0:
+            continue
+        port = instance["rendezvous_port"]
+        variable = f"{VARIABLE}.{instance.get('group')}.rendezvous_port"
+        where = f"instance {instance['name']}"
+        if port in ports:
+            problems.add(where, variable, port, f"port {port} is also a port of {ports[port]}", "choose a port no instance uses")
+        taken = listeners.get(port)
+        if taken and taken.get("unit") not in own_units:
+            problems.add(
+                where,
+                variable,
+                port,
+                f"port {port} is taken by PID {taken.get('pid', '?')} ({taken.get('name', '?')})",
+                "stop that program or choose another rendezvous_port",
+            )
+
+
+def node_problems(host: str, play_hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """The instance checked as a whole from `host`: every other node is in the play with its part planned, alike
+    (release, model, GPU type and count, shape, nodes, rendezvous); tensor x pipeline parallel are the GPUs of all the
+    nodes. One line per difference, naming this node, the instance and the variable."""
+    lines: list[str] = []
+    for instance in (hostvars.get(host) or {}).get("sglang_instances") or []:
+        if "node_rank" not in instance:
+            continue
+        where = f"instance {instance['name']}"
+        group = instance.get("group")
+        mine = instance["node_facts"]
+        total = mine["node_gpus"] * instance["nnodes"]
+        if instance["ranks"] != total:
+            lines.append(
+                problem_line(
+                    host,
+                    where,
+                    f"{VARIABLE}.{group}.tensor_parallel_size",
+                    instance["tensor_parallel_size"],
+                    f"tensor x data x pipeline parallel = {instance['ranks']} GPUs, the nodes have {total}",
+                    "give every node tensor x data x pipeline parallel / nodes GPUs",
+                )
+            )
+        for node in instance["nodes"]:
+            if node == host:
+                continue
+            theirs = next(
+                (
+                    other["node_facts"]
+                    for other in (hostvars.get(node) or {}).get("sglang_instances") or []
+                    if other.get("group") == group and "node_facts" in other
+                ),
+                None,
+            )
+            if node not in play_hosts or theirs is None:
+                lines.append(
+                    problem_line(
+                        host,
+                        where,
+                        f"{VARIABLE}.{group}.nodes",
+                        instance["nodes"],
+                        f"node {node} has no part of this instance planned in this run"
+                        " (not in the play, its preflight found problems, or its group differs)",
+                        f"deploy every node together (--limit {','.join(instance['nodes'])}) with the same group on each",
+                    )
+                )
+                continue
+            for key, variable, what in ALIKE:
+                if mine[key] != theirs[key]:
+                    lines.append(
+                        problem_line(
+                            host,
+                            where,
+                            variable,
+                            mine[key],
+                            f"node {node} has {theirs[key]!r}: every node of the instance needs {what}",
+                            f"set {variable} alike on {', '.join(instance['nodes'])}",
+                        )
+                    )
+    return lines
+
+
+def node_instances(instances: Sequence[Mapping[str, Any]], hostvars: Mapping[str, Any], fact: str) -> list[Mapping[str, Any]]:
+    """This host's parts of instances that span hosts whose group any of their nodes names in its fact `fact` (a list
+    of group names each node published: changed, failed): what every node then does together."""
+    return [
+        instance
+        for instance in instances
+        if "nodes" in instance
+        and any(instance.get("group") in ((hostvars.get(node) or {}).get(fact) or []) for node in instance["nodes"])
+    ]

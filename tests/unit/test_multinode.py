@@ -1,0 +1,230 @@
+"""An instance that spans hosts (module_utils/multinode.py): an sglang_instance_groups entry with `nodes` planned on
+each node as its part of one SGLang multi-node launch, the manual ways of spanning hosts refused, and the nodes checked
+as a whole."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import http_instances
+from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses, node_problems
+
+Plan = Callable[..., dict[str, Any]]
+NODES = ["ct129", "ct130"]
+# tensor parallel 4 over two nodes of two RTX A6000 each; no speculative draft (the group's own settings).
+BIG = {"name": "big", "nodes": NODES, "tensor_parallel_size": 4, "speculative": {}, "network_interface": "eth1"}
+ADDRESSES = {"ct129": "10.0.0.29", "ct130": "10.0.0.30"}
+
+
+@pytest.fixture
+def node_plan(plan: Plan) -> Plan:
+    """plan() of one node of the group (both nodes have ct129's shape and settings)."""
+
+    def run(
+        node: str = "ct129", group: dict[str, Any] | None = None, facts: dict[str, Any] | None = None, **overrides: Any
+    ) -> dict[str, Any]:
+        hostvars = {name: {"ansible_host": address} for name, address in ADDRESSES.items()}
+        return plan(
+            "ct129", facts, inventory_hostname=node, hostvars=hostvars, sglang_instance_groups=[group or BIG], **overrides
+        )
+
+    return run
+
+
+def test_each_node_runs_its_rank_of_one_instance_with_the_rendezvous_at_rank_0(node_plan: Plan) -> None:
+    zero, one = node_plan("ct129"), node_plan("ct130")
+    assert zero["problems"] == [] and one["problems"] == []
+    [first], [second] = zero["instances"], one["instances"]
+    for rank, instance in enumerate((first, second)):
+        argv = instance["argv"]
+        assert argv[argv.index("--tp-size") + 1] == "4"
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert argv[argv.index("--node-rank") + 1] == str(rank)
+        assert argv[argv.index("--dist-init-addr") + 1] == "10.0.0.29:25000"
+        # Two GPUs each: half the ranks.
+        assert instance["gpu_ids"] == [0, 1] and instance["node_rank"] == rank
+        assert instance["environment"]["NCCL_SOCKET_IFNAME"] == "eth1" == instance["environment"]["GLOO_SOCKET_IFNAME"]
+    assert first["serves_http"] and not second["serves_http"]
+    # Only rank 0 is a router's or a gateway's worker.
+    assert http_instances([first, second]) == [first]
+    assert second["remote_url"] == ""
+
+
+def test_without_an_interface_nccl_and_gloo_choose_their_own(node_plan: Plan) -> None:
+    result = node_plan(group={key: value for key, value in BIG.items() if key != "network_interface"})
+    assert result["problems"] == []
+    [instance] = result["instances"]
+    assert "NCCL_SOCKET_IFNAME" not in instance["environment"] and "GLOO_SOCKET_IFNAME" not in instance["environment"]
+
+
+def test_the_rendezvous_takes_the_groups_port_and_an_ipv6_address_in_brackets(plan: Plan) -> None:
+    group = {**BIG, "rendezvous_port": 29500}
+    result = plan("ct129", hostvars={"ct129": {"sglang_advertise_host": "fd00::29"}}, sglang_instance_groups=[group])
+    argv = result["instances"][0]["argv"]
+    assert argv[argv.index("--dist-init-addr") + 1] == "[fd00::29]:29500"
+
+
+def test_the_addresses_come_from_advertise_host_then_ansible_host_then_the_name() -> None:
+    hostvars = {"a": {"sglang_advertise_host": "10.1.1.1", "ansible_host": "x"}, "b": {"ansible_host": "10.1.1.2"}}
+    groups = [{"name": "g", "nodes": ["a", "b", "c"]}, {"name": "h"}]
+    assert node_addresses(groups, hostvars) == {"a": "10.1.1.1", "b": "10.1.1.2", "c": "c"}
+
+
+@pytest.mark.parametrize(
+    ("group", "expected"),
+    [
+        (
+            {**BIG, "nodes": ["ct129"]},
+            'ct129 group big: sglang_instance_groups.big.nodes=["ct129"]: must list two or more different inventory hosts,'
+            " rank 0 first; fix: e.g. nodes: [gpu-a, gpu-b]",
+        ),
+        (
+            {**BIG, "nodes": ["gpu-a", "gpu-b"]},
+            'ct129 group big: sglang_instance_groups.big.nodes=["gpu-a", "gpu-b"]: this host is not one of the group\'s'
+            " nodes, yet has the group; fix: set the group only on its nodes (group_vars of an inventory group of exactly"
+            " these hosts)",
+        ),
+        (
+            {**BIG, "rendezvous_port": 80},
+            "ct129 group big: sglang_instance_groups.big.rendezvous_port=80: must be a port from 1024 to 65535; fix: set a"
+            " free port on rank 0",
+        ),
+        (
+            {**BIG, "instance_count": 2},
+            "ct129 group big: sglang_instance_groups.big.instance_count=2: a group across hosts is one instance; fix:"
+            " remove instance_count (or set 1); declare another group for another instance",
+        ),
+        (
+            {**BIG, "tensor_parallel_size": 3},
+            "ct129 group big: sglang_instance_groups.big.tensor_parallel_size=3: tensor x data x pipeline parallel = 3 x 1"
+            " x 1 = 3 GPUs per instance over 2 nodes; fix: make tensor x data x pipeline parallel a multiple of the 2 nodes",
+        ),
+        (
+            {**BIG, "gpus_per_instance": 1},
+            "ct129 group big: sglang_instance_groups.big.gpus_per_instance=1: tensor x data x pipeline parallel = 4 x 1 x 1"
+            " = 4 GPUs per instance over 2 nodes; fix: set sglang_instance_groups.big.gpus_per_instance: 2 or change the"
+            " parallel sizes",
+        ),
+    ],
+)
+def test_a_wrong_declaration_is_named_and_plans_nothing_of_it(node_plan: Plan, group: dict[str, Any], expected: str) -> None:
+    result = node_plan(group=group)
+    assert result["problems"] == [expected]
+    assert result["instances"] == []
+
+
+def test_the_rendezvous_port_must_be_free_on_rank_0(node_plan: Plan) -> None:
+    taken = {"listening": [{"port": 25000, "pid": 77, "name": "nc"}]}
+    assert node_plan("ct129", facts=taken)["problems"] == [
+        "ct129 instance sglang-30000: sglang_instance_groups.big.rendezvous_port=25000: port 25000 is taken by PID 77 (nc);"
+        " fix: stop that program or choose another rendezvous_port"
+    ]
+    # Rank 1 does not bind it.
+    assert node_plan("ct130", facts=taken)["problems"] == []
+    clash = node_plan("ct129", group={**BIG, "rendezvous_port": 31000})
+    assert clash["problems"] == [
+        "ct129 instance sglang-30000: sglang_instance_groups.big.rendezvous_port=31000: port 31000 is also a port of"
+        " sglang-30000; fix: choose a port no instance uses"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        (
+            "sglang_server_args",
+            {"nnodes": 2},
+            "ct129 host: sglang_server_args.nnodes=2: --nnodes is set by sglang-fleet; fix: list the hosts in an"
+            " sglang_instance_groups entry's nodes (README: An instance across hosts); sglang-fleet passes the node flags"
+            " to every node",
+        ),
+        (
+            "sglang_server_args",
+            {"nccl-init-addr": "10.0.0.1:5000"},
+            'ct129 host: sglang_server_args.nccl-init-addr="10.0.0.1:5000": --nccl-init-addr (an alias of'
+            " --dist-init-addr) is set by sglang-fleet; fix: list the hosts in an sglang_instance_groups entry's nodes"
+            " (README: An instance across hosts); sglang-fleet passes the node flags to every node",
+        ),
+        (
+            "sglang_environment",
+            {"MASTER_ADDR": "10.0.0.1"},
+            'ct129 host: sglang_environment.MASTER_ADDR="10.0.0.1": an instance spans hosts only as sglang-fleet plans it'
+            " (ranks, rendezvous, every node restarted together); fix: remove MASTER_ADDR; list the hosts in an"
+            " sglang_instance_groups entry's nodes (README: An instance across hosts)",
+        ),
+    ],
+)
+def test_spanning_hosts_by_hand_is_refused_with_the_supported_way(
+    plan: Plan, variable: str, value: dict[str, Any], expected: str
+) -> None:
+    assert expected in plan("ct129", **{variable: value})["problems"]
+
+
+def node_hostvars(node_plan: Plan, **per_node: dict[str, Any]) -> dict[str, Any]:
+    return {node: {"sglang_instances": node_plan(node, **per_node.get(node, {}))["instances"]} for node in NODES}
+
+
+def test_the_nodes_are_checked_as_a_whole(node_plan: Plan) -> None:
+    alike = node_hostvars(node_plan)
+    assert node_problems("ct129", NODES, alike) == [] == node_problems("ct130", NODES, alike)
+    # ct130 runs another release, and another GPU type.
+    other = {
+        "facts": {
+            "gpus": [
+                {
+                    "index": i,
+                    "uuid": f"GPU-{i}",
+                    "name": "NVIDIA L40S",
+                    "memory_total_mib": 46068,
+                    "memory_used_mib": 0,
+                    "minor_number": i,
+                }
+                for i in range(2)
+            ]
+        },
+        "sglang_version": "0.5.17",
+    }
+    differ = node_hostvars(node_plan, ct130=other)
+    lines = node_problems("ct129", NODES, differ)
+    assert lines[0].startswith("ct129 instance sglang-30000: sglang_version=\"0.5.23\": node ct130 has '0.5.17':")
+    assert lines[1].startswith(
+        "ct129 instance sglang-30000: sglang_gpu_ids=[\"NVIDIA RTX A6000\"]: node ct130 has ['NVIDIA L40S']: every node of"
+        " the instance needs the same GPU type; fix: set sglang_gpu_ids alike on ct129, ct130"
+    )
+    assert len(lines) == 2
+
+
+def test_a_node_left_out_of_the_run_stops_the_instance(node_plan: Plan) -> None:
+    alike = node_hostvars(node_plan)
+    assert node_problems("ct129", ["ct129"], alike) == [
+        'ct129 instance sglang-30000: sglang_instance_groups.big.nodes=["ct129", "ct130"]: node ct130 has no part of this'
+        " instance planned in this run (not in the play, its preflight found problems, or its group differs);"
+        " fix: deploy every node together"
+        " (--limit ct129,ct130) with the same group on each"
+    ]
+
+
+def test_a_gateway_routes_to_rank_0_alone_also_on_a_node_of_another_rank(node_plan: Plan) -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_gateway_members
+
+    on_network = {"sglang_listen_host": "0.0.0.0", "sglang_api_key": "k"}
+    hostvars = node_hostvars(node_plan, **{node: {**on_network, "sglang_advertise_host": ADDRESSES[node]} for node in NODES})
+    for node in NODES:
+        hostvars[node]["sglang_router"] = {"gateways": [{"host": "ct130"}]}
+    members = sglang_gateway_members(hostvars, NODES, "ct130", NODES)
+    assert members["workers"] == ["http://10.0.0.29:30000"]
+
+
+def test_every_node_of_a_group_any_node_names_acts_together(node_plan: Plan) -> None:
+    from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_instances
+
+    hostvars = node_hostvars(node_plan)
+    mine = hostvars["ct130"]["sglang_instances"]
+    # Only rank 0's files changed: rank 1 restarts too; a group no node names stays.
+    hostvars["ct129"]["_sglang_server_nodes_changed"] = ["big"]
+    assert [i["name"] for i in node_instances(mine, hostvars, "_sglang_server_nodes_changed")] == ["sglang-30000"]
+    assert node_instances(mine, hostvars, "_sglang_server_nodes_failed") == []
+    hostvars["ct129"]["_sglang_server_nodes_changed"] = ["other"]
+    assert node_instances(mine, hostvars, "_sglang_server_nodes_changed") == []
