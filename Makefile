@@ -5,8 +5,11 @@ VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox
+# The newest ansible-core admitted (2.20, Python 3.12): unit-newest and sandbox-newest, from requirements/control-newest.txt.
+PYTHON_NEWEST ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12))
+VENV_NEWEST := $(CURDIR)/.venv-newest
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-span sandbox-down sandbox-scale sandbox-scale-down bench-scale sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror galaxy-dist galaxy-check
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-span sandbox-newest sandbox-down sandbox-scale sandbox-scale-down bench-scale sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror galaxy-dist galaxy-check
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -27,6 +30,15 @@ sandbox-hosts: venv docker ## Start the local test hosts (ct129, b200)
 sandbox: sandbox-hosts mirror ## Test hosts + deploy to them (their model from the mirror) + print every instance
 	ansible-playbook deploy.yml $(SANDBOX)
 	ansible-playbook playbooks/status.yml $(SANDBOX)
+
+# The sandbox deployed by the newest ansible-core admitted (meta/runtime.yml: 2.20), then deployed again by it: the second
+# run must change nothing (the drift and rollout tests run on 2.19, the unit tests on both).
+sandbox-newest: $(VENV_NEWEST)/.installed sandbox-hosts mirror ## Deploy the sandbox with ansible-core 2.20, twice: the second run changes nothing
+	$(VENV_NEWEST)/bin/python -c 'import ansible.release; print("ansible-core", ansible.release.__version__)'
+	PATH=$(VENV_NEWEST)/bin:$$PATH $(VENV_NEWEST)/bin/ansible-playbook deploy.yml $(SANDBOX)
+	mkdir -p build; PATH=$(VENV_NEWEST)/bin:$$PATH $(VENV_NEWEST)/bin/ansible-playbook deploy.yml $(SANDBOX) > build/sandbox-newest.log; \
+	  status=$$?; cat build/sandbox-newest.log; test $$status -eq 0 || exit $$status; \
+	  ! grep -E "(changed|failed|unreachable)=[1-9]" build/sandbox-newest.log || { echo "sandbox-newest: the second run changed something"; exit 1; }
 
 status: venv ## Print every sandbox instance with its URL and health
 	ansible-playbook playbooks/status.yml $(SANDBOX)
@@ -70,8 +82,6 @@ unit: venv ## pytest: instance derivation, templates, modules, simulator
 # The newest ansible-core meta/runtime.yml admits (2.20; `unit` runs the lowest, 2.19, from .venv): the same tests, their
 # local plays (ansible-playbook of this checkout's actions, modules and templates) included, from .venv-newest/,
 # made from requirements/control-newest.txt with Python 3.12 (2.20 needs it) when missing or older than that file.
-PYTHON_NEWEST ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12))
-VENV_NEWEST := $(CURDIR)/.venv-newest
 unit-newest: $(VENV_NEWEST)/.installed ## The unit tests and their local plays on the newest ansible-core admitted (2.20)
 	$(VENV_NEWEST)/bin/python -c 'import ansible.release; print("ansible-core", ansible.release.__version__)'
 	PATH=$(VENV_NEWEST)/bin:$$PATH $(VENV_NEWEST)/bin/python -m pytest -p no:cacheprovider tests/unit tests/simulator tests/contract
@@ -116,9 +126,9 @@ hardware-bundle: ## Build .hardware/ (SGLang 0.5.17 wheels, stripped, norm for s
 # The real install (a download of several GB, then pip, the longest step) runs beside the checks, the default scenario
 # and the sandbox's first deploy: they neither need nor disturb it, and each scenario has its own containers. The
 # integration suite runs alone (its rollouts wait on the clock), on the sandbox deployed before it.
-test: venv docker ## Everything CI runs: lint, unit (ansible-core 2.19 and 2.20), molecule (install beside the others), sandbox, galaxy-check, integration
+test: venv docker ## Everything CI runs: lint, unit (ansible-core 2.19 and 2.20), molecule (install beside the others), sandbox, galaxy-check, integration, a sandbox deploy on 2.20
 	$(MAKE) --jobs=2 --output-sync=target checks-then-molecule-default-then-sandbox molecule-install
-	$(MAKE) integration
+	$(MAKE) integration sandbox-newest
 
 checks-then-molecule-default-then-sandbox: venv docker
 	$(MAKE) --jobs=1 lint unit unit-newest molecule-default sandbox galaxy-check
