@@ -34,13 +34,33 @@ def sglang_model_sha256(files: Mapping[str, Mapping[str, Any]]) -> dict[str, str
     return {name: str(entry["sha256"]) for name, entry in files.items()}
 
 
-def sglang_model_problems(host: str, problems: Mapping[str, str], source: Mapping[str, Any]) -> list[str]:
-    """The fetch's problems (by file, by the lock file, or the cache's) as preflight problem lines of `host`."""
+def sglang_model_problems(
+    host: str, problems: Mapping[str, str], source: Mapping[str, Any], peer_user: str = "root", seed_hosts: int = 0
+) -> list[str]:
+    """The fetch's problems (by file, by the lock file, or the cache's) as preflight problem lines of `host`; and,
+    where hosts copy the revision from each other (`seed_hosts` above 0), a `peer_user` other than root: the run's key
+    goes into that account's ~/.ssh/authorized_keys, which root would create, chown and write through folders that
+    account controls (ansible.posix.authorized_key follows links there: a link planted in place of ~/.ssh or the file
+    gives that account whatever file it names)."""
     fixes = {CACHE_ROOM: CACHE_FIX}
-    return [
+    lines = [
         problem_line(host, "host", "sglang_model", dict(source), f"{name}: {cause}", fixes.get(name, LOCK_FIX))
         for name, cause in sorted(problems.items())
     ]
+    if source and int(seed_hosts) > 0 and peer_user != "root":
+        lines.append(
+            problem_line(
+                host,
+                "host",
+                "sglang_model_peer_user",
+                peer_user,
+                "root would write the run's key into that account's ~/.ssh, a folder the account controls (a link "
+                "planted there hands it the file the link names)",
+                "leave sglang_model_peer_user at root (the key is restricted to a read-only rsync of the revision's "
+                "directory), or set sglang_model_seed_hosts: 0 (no copies between hosts)",
+            )
+        )
+    return lines
 
 
 # Where a host's model root is on one of these, every host mounting the same export sees one copy.

@@ -171,6 +171,31 @@ def sglang_cache_dir_warnings(
     return [f"{host}: {variable}={path}: {cause}; fix: a persistent directory such as /var/cache/sglang" for cause in found]
 
 
+def sglang_cache_dir_problems(path: str, host: str, home: str, read_write_paths: Iterable[str] = ()) -> list[str]:
+    """Refusals, one line each, of a kernel/compile cache directory `path` inside a folder the servers' account can
+    write (its `home`, or one of `read_write_paths`): root creates and chowns the cache directory (following a link
+    there) and the removal deletes it, so the account could plant a link in its place and hand itself what it names."""
+
+    def clean(value: str) -> str:
+        return "/" + str(value).strip("/")
+
+    target = clean(path)
+    writable = [("sglang_server_home", home)] + [("sglang_server_read_write_paths", entry) for entry in read_write_paths]
+    return [
+        problem_line(
+            host,
+            "host",
+            "sglang_server_cache_dir",
+            path,
+            f"it is inside {variable} {folder}, which the servers' account can write: root creates, chowns and removes "
+            "the cache directory, through a link the account could plant there",
+            "a directory of its own whose parents only root writes, such as /var/cache/sglang",
+        )
+        for variable, folder in writable
+        if folder and clean(folder) != "/" and (target == clean(folder) or target.startswith(clean(folder) + "/"))
+    ]
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -184,4 +209,5 @@ class FilterModule:
             "sglang_server_host_properties": sglang_server_host_properties,
             "systemd_text_problems": systemd_text_problems,
             "sglang_cache_dir_warnings": sglang_cache_dir_warnings,
+            "sglang_cache_dir_problems": sglang_cache_dir_problems,
         }

@@ -20,11 +20,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 import struct
 from collections.abc import Mapping
 from typing import Any
 
 PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokenizer-path")
+# The safetensors format's own limit on a header (the safetensors library refuses a longer one): the length a shard
+# states is read only up to it, so a file that states 2**63 costs root no memory.
+MAX_HEADER = 100_000_000
 
 
 def exec_start(unit_text: str) -> list[str] | None:
@@ -58,9 +62,13 @@ def revision_change(old_argv: list[str], new_argv: list[str]) -> tuple[str, str]
 def shard_layout(path: str) -> dict[str, Any] | None:
     """A safetensors shard's tensors (name -> dtype and shape), None when its header or data is cut short."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # a FIFO would block root's read forever
         with open(path, "rb") as handle:
             raw = handle.read(8)
             (length,) = struct.unpack("<Q", raw)
+            if length > MAX_HEADER:
+                return None
             header = json.loads(handle.read(length))
         size = os.path.getsize(path)
     except (OSError, ValueError, struct.error):

@@ -229,12 +229,14 @@ def open_url(
     method: str = "GET",
     data: bytes | None = None,
     headers: Mapping[str, str] | None = None,
+    this_host_only: bool = False,
 ) -> Any:
     """One HTTP request; its answer as `ansible.module_utils.urls.open_url` gives it (a response to read and close;
     urllib.error.HTTPError for a status >= 400). With `units` (a request that carries a key), on a connection to this
     host nothing is sent until the process at the other end is one of `units` (verify_connection; ListenerError
-    otherwise); such a request goes straight to `url` (no proxy, no redirect followed). No `units`: Ansible's open_url
-    (a request without a secret)."""
+    otherwise); such a request goes straight to `url` (no proxy, no redirect followed). With `this_host_only`, such a
+    request over plain HTTP to another host sends nothing either (ListenerError): a key leaves its host only over TLS.
+    No `units`: Ansible's open_url (a request without a secret)."""
     # Imported here: deploy's probe imports this module on every host (http.client and Ansible's urls cost ~25 ms).
     import http.client
     import urllib.error
@@ -258,6 +260,10 @@ def open_url(
         connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
         connection.connect()
+        if this_host_only and parts.scheme == "http" and not is_local(endpoint(connection.sock.getpeername())[0]):
+            raise ListenerError(
+                f"{url} is another host's, over plain HTTP: no key was sent (a key leaves its host only over TLS)"
+            )
         verify_connection(connection.sock, url, units)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         # Connection: close, as urllib sends it: the socket closes with the response.

@@ -148,13 +148,14 @@ def canary_peers(
     waves: Sequence[Sequence[Mapping[str, str]]], to_roll: Mapping[str, Sequence[Mapping[str, Any]]], host: str
 ) -> dict[str, list[str]]:
     """For each model, the URLs of its instances in the waves after the canaries' (they still run the previous
-    configuration), as `host` reaches them: an instance's `url` on `host`, its `remote_url` on another host."""
+    configuration), as `host` reaches them: an instance's `url` on `host`, its `remote_url` on another host (none for
+    one that listens on its host's loopback: its `url` would name a port of `host`, another process)."""
     found = {(name, str(instance["name"])): instance for name, instances in to_roll.items() for instance in instances}
     peers: dict[str, list[str]] = {}
     for wave in waves[1:]:
         for member in wave:
             instance = found.get((member["host"], member["name"])) or {}
-            url = instance.get("url") if member["host"] == host else instance.get("remote_url") or instance.get("url")
+            url = instance.get("url") if member["host"] == host else instance.get("remote_url")
             if url:
                 peers.setdefault(member["model"], []).append(str(url))
     return peers

@@ -115,12 +115,13 @@ def wait(
 
 def http_json(url: str, payload: dict[str, Any] | None = None, timeout: float = 60.0, api_key: str = "") -> Any:
     """GET (or POST `payload` as JSON) and decode the JSON answer; raises on HTTP errors. With a key, `url` is an
-    instance's: the key goes only to that instance's unit (listeners.ListenerError for a port another process holds)."""
+    instance's: the key goes only to that instance's unit on this host (listeners.ListenerError for a port another
+    process holds, or for another host's instance over plain HTTP: the rollout's canary peers on other hosts)."""
     data = json.dumps(payload).encode() if payload is not None else None
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     method = "POST" if data is not None else "GET"
     units = {listeners.instance_unit(url)} if api_key else ()
-    with listeners.open_url(url, units, timeout, method=method, data=data, headers=headers) as response:
+    with listeners.open_url(url, units, timeout, method=method, data=data, headers=headers, this_host_only=True) as response:
         return json.loads(response.read().decode() or "null")

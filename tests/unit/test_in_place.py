@@ -161,3 +161,18 @@ def test_settled_files_no_longer_read_as_newer_than_the_process(
     module.settle_files(server)
     mtimes = {path: os.path.getmtime(path) for path, _ in server["files"]["last_good"] if os.path.exists(path)}
     assert server_units([server], {"units": {server["unit"]: state}, "mtimes": mtimes})["stale"] == []
+
+
+def test_a_shard_that_states_a_huge_header_or_is_no_file_is_no_layout(tmp_path: Path) -> None:
+    """Root reads the shards' headers before the update: a header length beyond safetensors' own limit is not read (a
+    read of 2**63 bytes raised OverflowError, a crash of the module; a few GB would be allocated), a FIFO not opened
+    (its read would block)."""
+    import os
+    import struct
+
+    huge = tmp_path / "huge.safetensors"
+    huge.write_bytes(struct.pack("<Q", 2**63) + b"{}")
+    assert in_place.shard_layout(str(huge)) is None
+    fifo = tmp_path / "fifo.safetensors"
+    os.mkfifo(fifo)
+    assert in_place.shard_layout(str(fifo)) is None

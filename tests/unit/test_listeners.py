@@ -300,3 +300,19 @@ def test_the_launcher_reads_the_sockets_before_what_its_router_holds(monkeypatch
         client.connect(server.getsockname())
         assert launcher.held_by(client, server.getsockname()[1], 1)  # type: ignore[attr-defined]
     assert order.index("sockets") < order.index("held")
+
+
+def test_the_api_key_goes_to_no_instance_of_another_host_over_plain_http(
+    monkeypatch: pytest.MonkeyPatch, squatter: Squatter
+) -> None:
+    """The rollout's canary probes its model's instances on other hosts too (their remote_url, plain HTTP): the key
+    would cross the network in the clear. The squatter stands in for another host's instance (its address read as
+    not this host's); it gets the keyless requests only."""
+    monkeypatch.setattr(listeners, "is_local", lambda host: False)
+    with pytest.raises(listeners.ListenerError) as raised:
+        http_json(f"{squatter.url}/generate", {"text": "probe"}, api_key=KEY)
+    assert "another host's, over plain HTTP: no key was sent" in str(raised.value)
+    assert KEY not in str(raised.value)
+    assert squatter.headers() == []
+    assert http_json(f"{squatter.url}/server_info") == {"workers": [], "version": "0.5.23"}
+    assert squatter.headers() == [None]

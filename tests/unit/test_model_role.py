@@ -162,3 +162,15 @@ def test_free_bytes_are_those_of_the_nearest_existing_directory(tmp_path: Path, 
     found = free_bytes(str(tmp_path / "not" / "yet"))
     assert found["disk_path"] == str(tmp_path) and isinstance(found["disk_free_bytes"], int)
     assert (found["disk_free_bytes"] > free) == (free == 0)
+
+
+@pytest.mark.parametrize("user", ["sglang", "ubuntu"])
+def test_preflight_refuses_a_peer_account_other_than_root_while_hosts_copy_from_each_other(user: str) -> None:
+    """root writes the run's key into the peer account's ~/.ssh (ansible.posix.authorized_key chowns and writes through
+    whatever links are there): an account other than root could hand itself any file of the host."""
+    [line] = sglang_model_problems("ct129", {}, SOURCE, user, 1)
+    assert line.startswith(f'ct129 host: sglang_model_peer_user="{user}": root would write the run\'s key')
+    assert "fix: leave sglang_model_peer_user at root" in line
+    assert sglang_model_problems("ct129", {}, SOURCE, "root", 1) == []
+    assert sglang_model_problems("ct129", {}, SOURCE, user, 0) == [], "no copies between hosts: the account is not used"
+    assert sglang_model_problems("ct129", {}, {}, user, 1) == [], "no model: nothing is copied"

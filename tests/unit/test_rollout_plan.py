@@ -189,3 +189,15 @@ def test_a_leaving_hosts_instances_are_read_from_its_instance_units_only() -> No
         },
     ]
     assert leaving_instances(units, "127.0.0.1", "10.0.0.5")[0]["remote_url"] == ""
+
+
+def test_a_canary_is_not_compared_with_another_hosts_instance_that_listens_on_loopback() -> None:
+    """Such an instance has no remote_url; its url (127.0.0.1 of its own host) would name a port of the canary's host:
+    another process (this host's instance of that port, or a local account's listener) would stand in for the peer."""
+    to_roll = {
+        "a": [{"name": "sglang-30000", "served_model_name": "qwen", "url": "http://127.0.0.1:30000", "remote_url": ""}],
+        "b": [{"name": "sglang-30000", "served_model_name": "qwen", "url": "http://127.0.0.1:30000", "remote_url": ""}],
+    }
+    waves = rollout_waves(to_roll, to_roll, 1, canary=True)
+    assert [[member["host"] for member in wave] for wave in waves] == [["a"], ["b"]]
+    assert canary_peers(waves, to_roll, "a") == {}

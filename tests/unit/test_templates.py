@@ -532,3 +532,28 @@ def test_a_persistent_cache_dir_is_not_warned_about_unless_a_tmpfs_is_mounted_th
     assert sglang_cache_dir_warnings("/tmpfoo/cache", "b200") == []
     (warning,) = sglang_cache_dir_warnings("/var/cache/sglang", "b200", tmpfs=["/run", "/var/cache"])
     assert "/var/cache is a tmpfs mount" in warning
+
+
+@pytest.mark.parametrize(
+    ("path", "variable"),
+    [
+        ("/var/lib/sglang/cache", "sglang_server_home"),
+        ("/var/lib/sglang", "sglang_server_home"),
+        ("/data/sglang-scratch/kernels/", "sglang_server_read_write_paths"),
+    ],
+)
+def test_a_cache_dir_inside_a_folder_the_servers_account_writes_is_refused(path: str, variable: str) -> None:
+    """Root creates and chowns the cache directory (account.yml, following a link there) and removes it (remove.yml):
+    inside the account's home or a path it may write, the account could put a link to /etc in its place."""
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import sglang_cache_dir_problems
+
+    (problem,) = sglang_cache_dir_problems(path, "b200", "/var/lib/sglang", ["/data/sglang-scratch"])
+    assert problem.startswith(f'b200 host: sglang_server_cache_dir="{path}": it is inside {variable} ')
+    assert "fix: a directory of its own whose parents only root writes" in problem
+
+
+def test_a_cache_dir_of_its_own_is_not_refused() -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.systemd import sglang_cache_dir_problems
+
+    assert sglang_cache_dir_problems("/var/cache/sglang", "b200", "/var/lib/sglang", ["/data/x", "/"]) == []
+    assert sglang_cache_dir_problems("/var/lib/sglang-cache", "b200", "/var/lib/sglang") == []
