@@ -20,7 +20,7 @@ START_TIMEOUT_S = 600
 @dataclass(frozen=True)
 class Mirror:
     """Where the mirror answers and what it serves: the repository id and its commits, oldest first (the first is
-    tagged v1; the second changes one shard and generation_config.json)."""
+    tagged v1; the second changes one shard)."""
 
     endpoint: str
     repo: str

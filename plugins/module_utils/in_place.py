@@ -9,6 +9,8 @@ when everything else stays as it is:
 * the environment file and the key file are byte for byte the last verified ones;
 * the new revision's config.json is the old one's (architecture, shapes, MTP layers), and its safetensors shards hold
   the same tensors with the same shapes and dtypes (so the parallel layout and the speculative setup are unchanged);
+* every other file of the revision (tokenizer, chat template, generation_config.json, ...) is byte for byte the old
+  one's: /update_weights_from_disk reloads weights only, so a new tokenizer or template needs a restart;
 * every shard of the new revision is whole (SGLang 0.5.17 kills the server when a shard is cut short: recorded,
   tests/recordings/sglang-0.5.17-h100-restarts).
 
@@ -17,6 +19,7 @@ Everything else (a flag, an environment value, the key, another model, a shape c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -25,6 +28,10 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+# A revision's files that /update_weights_from_disk reloads (weights, and the index naming their shards); every other
+# file must be the old revision's, compared by digest up to this size (a larger one restarts the instance).
+WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json")
+MAX_OTHER_FILE = 64 * 1024 * 1024
 PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokenizer-path")
 # The safetensors format's own limit on a header (the safetensors library refuses a longer one): the length a shard
 # states is read only up to it, so a file that states 2**63 costs root no memory.
@@ -94,7 +101,29 @@ def model_layout(directory: str) -> dict[str, Any] | None:
         if layout is None:
             return None
         tensors.update(layout)
-    return {"config": config, "tensors": tensors} if tensors else None
+    others = other_files(directory)
+    return {"config": config, "tensors": tensors, "others": others} if tensors and others is not None else None
+
+
+def other_files(directory: str) -> dict[str, str] | None:
+    """The SHA-256 of each file of a model directory that is no weight (tokenizer, templates, configs), by name; None
+    when one is not a regular file or is larger than MAX_OTHER_FILE."""
+    digests: dict[str, str] = {}
+    try:
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(WEIGHT_SUFFIXES):
+                continue
+            path = os.path.join(directory, name)
+            status = os.stat(path)
+            if stat.S_ISDIR(status.st_mode):
+                continue  # a subfolder (a hub checkout's .cache): no file the server reads
+            if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_OTHER_FILE:
+                return None
+            with open(path, "rb") as handle:
+                digests[name] = hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+    return digests
 
 
 def _read(path: str) -> bytes | None:

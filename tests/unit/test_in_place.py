@@ -54,7 +54,7 @@ def test_a_new_revision_of_the_same_layout_is_applied_in_place(tmp_path: Path, m
 
 @pytest.mark.parametrize(
     "why",
-    ["another flag", "the environment", "a shard cut short", "another model", "the same revision"],
+    ["another flag", "the environment", "a shard cut short", "another model", "the same revision", "another tokenizer"],
 )
 def test_anything_else_restarts(tmp_path: Path, models: Path, why: str) -> None:
     old, new, env = unit(models / REV1), unit(models / REV2), "A=1\n"
@@ -64,6 +64,11 @@ def test_anything_else_restarts(tmp_path: Path, models: Path, why: str) -> None:
         env = "A=2\n"
     elif why == "a shard cut short":
         new = unit(models / "broken")
+    elif why == "another tokenizer":  # /update_weights_from_disk reloads weights only
+        other = models / "retokenized"
+        shutil.copytree(models / REV2, other, dirs_exist_ok=True)
+        (other / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+        new = unit(other)
     elif why == "another model":
         other = models.parent / "other--model" / REV2
         shutil.copytree(models / REV2, other, dirs_exist_ok=True)
