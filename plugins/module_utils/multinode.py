@@ -36,6 +36,12 @@ def node_address(variables: Mapping[str, Any], host: str) -> str:
     return str(variables.get("sglang_advertise_host") or variables.get("ansible_host") or host)
 
 
+def host_variables(hostvars: Mapping[str, Any], host: str) -> Mapping[str, Any]:
+    """`host`'s variables, or none for a name that is no inventory host: Ansible's hostvars answers such a name with an
+    undefined value that fails when tested (`hostvars.get(name) or {}` would), not with a KeyError."""
+    return hostvars[host] if host in hostvars else {}  # noqa: SIM401 (.get never misses on hostvars)
+
+
 def node_addresses(groups: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
     """The address of every node the groups name (what the plan's rendezvous is built from)."""
     if not isinstance(groups, Sequence) or isinstance(groups, str):
@@ -46,7 +52,7 @@ def node_addresses(groups: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
         if isinstance(group, Mapping) and isinstance(group.get("nodes"), Sequence) and not isinstance(group["nodes"], str)
         for node in group["nodes"]
     }
-    return {node: node_address(hostvars.get(node) or {}, node) for node in sorted(named)}
+    return {node: node_address(host_variables(hostvars, node), node) for node in sorted(named)}
 
 
 def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -215,7 +221,7 @@ def node_problems(host: str, play_hosts: Sequence[str], hostvars: Mapping[str, A
             theirs = next(
                 (
                     other["node_facts"]
-                    for other in (hostvars.get(node) or {}).get("sglang_instances") or []
+                    for other in host_variables(hostvars, node).get("sglang_instances") or []
                     if other.get("group") == group and "node_facts" in other
                 ),
                 None,
@@ -255,5 +261,5 @@ def node_instances(instances: Sequence[Mapping[str, Any]], hostvars: Mapping[str
         instance
         for instance in instances
         if "nodes" in instance
-        and any(instance.get("group") in ((hostvars.get(node) or {}).get(fact) or []) for node in instance["nodes"])
+        and any(instance.get("group") in (host_variables(hostvars, node).get(fact) or []) for node in instance["nodes"])
     ]
