@@ -206,6 +206,20 @@ def test_a_node_left_out_of_the_run_stops_the_instance(node_plan: Plan) -> None:
     ]
 
 
+def test_more_nodes_in_the_run_than_forks_is_refused_before_anything_restarts(node_plan: Plan) -> None:
+    alike = node_hostvars(node_plan)
+    # Both nodes restart in one task, each waiting for the other: one fork would run ct129's part alone until it times out.
+    [line] = node_problems("ct129", NODES, alike, 1)
+    assert line.startswith("ct129 host: forks=1: more than 1 hosts of the run run a part of an instance that spans hosts")
+    assert line.endswith(
+        "fix: raise forks (ansible-playbook --forks, or forks in ansible.cfg) to at least the number of such hosts"
+    )
+    assert node_problems("ct129", NODES, alike, 2) == [] == node_problems("ct130", NODES, alike, 2)
+    # A host with no part of such an instance is not held back by them.
+    alike["other"] = {"sglang_instances": [{"name": "sglang-30000"}]}
+    assert node_problems("other", [*NODES, "other"], alike, 1) == []
+
+
 class Undefined:
     """What Ansible's hostvars answers for a name that is no inventory host: an undefined value that fails when tested."""
 
