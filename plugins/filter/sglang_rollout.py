@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.rollout_plan import (
+    alike_problems,
     budget_problems,
     canary_peers,
     describe_waves,
@@ -35,12 +36,17 @@ def sglang_rollout_canary_peers(waves: Sequence[Any], hostvars: Mapping[str, Any
 
 
 def sglang_rollout_budget_problems(
-    host: str, hosts: Sequence[str], hostvars: Mapping[str, Any], budget: Any, allow_outage: bool = False
+    host: str, hosts: Sequence[str], hostvars: Mapping[str, Any], budget: Any, allow_outage: bool = False, settings: str = ""
 ) -> list[str]:
-    """Preflight's problems with the budget for `host` (its sglang_instances, counted against those of `hosts`)."""
-    return budget_problems(
+    """Preflight's problems with the budget for `host` (its sglang_instances, counted against those of `hosts`); with
+    `settings`, the name of the fact each host published its rollout settings in: any other host's that differ."""
+    problems = budget_problems(
         host, list(hostvars[host].get("sglang_instances") or []), _fleet(hosts, hostvars), budget, allow_outage
     )
+    if settings:
+        published = {other: hostvars[other].get(settings) or {} for other in hosts if hostvars[other].get(settings)}
+        problems += alike_problems(host, hostvars[host].get(settings) or {}, published)
+    return problems
 
 
 class FilterModule:

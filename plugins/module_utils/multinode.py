@@ -36,6 +36,12 @@ def node_address(variables: Mapping[str, Any], host: str) -> str:
     return str(variables.get("sglang_advertise_host") or variables.get("ansible_host") or host)
 
 
+def host_variables(hostvars: Mapping[str, Any], host: str) -> Mapping[str, Any]:
+    """`host`'s variables, or none for a name that is no inventory host: Ansible's hostvars answers such a name with an
+    undefined value that fails when tested (`hostvars.get(name) or {}` would), not with a KeyError."""
+    return hostvars[host] if host in hostvars else {}  # noqa: SIM401 (.get never misses on hostvars)
+
+
 def node_addresses(groups: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
     """The address of every node the groups name (what the plan's rendezvous is built from)."""
     if not isinstance(groups, Sequence) or isinstance(groups, str):
@@ -46,7 +52,7 @@ def node_addresses(groups: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
         if isinstance(group, Mapping) and isinstance(group.get("nodes"), Sequence) and not isinstance(group["nodes"], str)
         for node in group["nodes"]
     }
-    return {node: node_address(hostvars.get(node) or {}, node) for node in sorted(named)}
+    return {node: node_address(host_variables(hostvars, node), node) for node in sorted(named)}
 
 
 def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -186,11 +192,41 @@ def rendezvous_problems(problems: HostProblems, facts: Mapping[str, Any], instan
             )
 
 
-def node_problems(host: str, play_hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
+def spans_hosts(variables: Mapping[str, Any]) -> bool:
+    """Whether a host runs a part of an instance that spans hosts (a planned instance with a node rank)."""
+    return any("node_rank" in instance for instance in variables.get("sglang_instances") or [])
+
+
+def forks_problem(host: str, play_hosts: Sequence[str], hostvars: Mapping[str, Any], forks: int) -> list[str]:
+    """Every node of the run restarts its part in the same task, each waiting until its instance is whole (rank 0 waits
+    for every rank at the rendezvous): with more such hosts than Ansible's forks, the nodes queued for a free fork
+    never join those that hold one, and every instance times out and rolls back. Counted until past `forks`."""
+    nodes = 0
+    for other in play_hosts:
+        nodes += spans_hosts(host_variables(hostvars, other))
+        if nodes > forks:
+            return [
+                problem_line(
+                    host,
+                    "host",
+                    "forks",
+                    forks,
+                    f"more than {forks} hosts of the run run a part of an instance that spans hosts, and all of them"
+                    " restart together in one task (a node without a fork of its own would never join the others)",
+                    "raise forks (ansible-playbook --forks, or forks in ansible.cfg) to at least the number of such hosts",
+                )
+            ]
+    return []
+
+
+def node_problems(host: str, play_hosts: Sequence[str], hostvars: Mapping[str, Any], forks: int = 0) -> list[str]:
     """The instance checked as a whole from `host`: every other node is in the play with its part planned, alike
     (release, model, GPU type and count, shape, nodes, rendezvous); tensor x pipeline parallel are the GPUs of all the
-    nodes. One line per difference, naming this node, the instance and the variable."""
+    nodes; with `forks` (ansible_forks), no more such hosts in the run than Ansible runs a task on at once. One line
+    per difference, naming this node, the instance and the variable."""
     lines: list[str] = []
+    if forks > 0 and spans_hosts(host_variables(hostvars, host)):
+        lines += forks_problem(host, play_hosts, hostvars, forks)
     for instance in (hostvars.get(host) or {}).get("sglang_instances") or []:
         if "node_rank" not in instance:
             continue
@@ -215,7 +251,7 @@ def node_problems(host: str, play_hosts: Sequence[str], hostvars: Mapping[str, A
             theirs = next(
                 (
                     other["node_facts"]
-                    for other in (hostvars.get(node) or {}).get("sglang_instances") or []
+                    for other in host_variables(hostvars, node).get("sglang_instances") or []
                     if other.get("group") == group and "node_facts" in other
                 ),
                 None,
@@ -255,5 +291,5 @@ def node_instances(instances: Sequence[Mapping[str, Any]], hostvars: Mapping[str
         instance
         for instance in instances
         if "nodes" in instance
-        and any(instance.get("group") in ((hostvars.get(node) or {}).get(fact) or []) for node in instance["nodes"])
+        and any(instance.get("group") in (host_variables(hostvars, node).get(fact) or []) for node in instance["nodes"])
     ]

@@ -179,3 +179,26 @@ def leaving_instances(unit_paths: Sequence[str], listen_host: str, advertise_hos
                 }
             )
     return sorted(found, key=lambda instance: instance["name"])
+
+
+def alike_problems(host: str, settings: Mapping[str, Any], published: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Every host plans the same waves from its own budget and canary: `settings`, this host's ({variable: value}), and
+    `published`, each other host's as it published them, must agree. One line per host that differs."""
+    lines = []
+    for other, theirs in published.items():
+        differs = {name: theirs.get(name) for name, value in settings.items() if theirs.get(name) != value}
+        if other == host or not differs:
+            continue
+        name = next(iter(differs))
+        lines.append(
+            problem_line(
+                host,
+                "host",
+                name,
+                settings[name],
+                f"host {other} of the run has {differs[name]!r}: every host plans the rollout's waves from its own"
+                " budget and canary, so they must be the same on every host of the run",
+                f"set {', '.join(settings)} alike on every host of the run (the play's vars or group_vars/all)",
+            )
+        )
+    return lines

@@ -202,6 +202,36 @@ rollback:
   description: With C(nodes=roll_back) (or a failed rollout), what each instance's rollback did.
   returned: when rolled back
   type: dict
+would_restart:
+  description: In check mode, the names of the instances a real run would restart (or update in place).
+  returned: in check mode, without leave or stop
+  type: list
+would_leave:
+  description: In check mode with C(leave=true), the names of the instances a real run would take out of the routers.
+  returned: in check mode, when leave is true
+  type: list
+would_stop:
+  description: In check mode with C(stop=true), the names of the instances a real run would stop.
+  returned: in check mode, when stop is true
+  type: list
+reason:
+  description: Why the failed instance failed (its start, its verification, the canary's regression).
+  returned: when an instance failed
+  type: str
+journal:
+  description: The failed instance's journal since its restart (C(journal_lines) lines at most).
+  returned: when an instance failed
+  type: str
+failed_at:
+  description: When the failure was noticed (seconds since the epoch, the host's clock).
+  returned: when a rollout failed
+  type: float
+not_attempted:
+  description:
+    - The instances not restarted after a failure (or, with C(halted), none restarted); their last verified files are
+      put back on disk.
+  returned: when a rollout failed or was halted
+  type: list
 """
 
 import functools

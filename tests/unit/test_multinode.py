@@ -4,7 +4,7 @@ as a whole."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -204,6 +204,56 @@ def test_a_node_left_out_of_the_run_stops_the_instance(node_plan: Plan) -> None:
         " fix: deploy every node together"
         " (--limit ct129,ct130) with the same group on each"
     ]
+
+
+def test_more_nodes_in_the_run_than_forks_is_refused_before_anything_restarts(node_plan: Plan) -> None:
+    alike = node_hostvars(node_plan)
+    # Both nodes restart in one task, each waiting for the other: one fork would run ct129's part alone until it times out.
+    [line] = node_problems("ct129", NODES, alike, 1)
+    assert line.startswith("ct129 host: forks=1: more than 1 hosts of the run run a part of an instance that spans hosts")
+    assert line.endswith(
+        "fix: raise forks (ansible-playbook --forks, or forks in ansible.cfg) to at least the number of such hosts"
+    )
+    assert node_problems("ct129", NODES, alike, 2) == [] == node_problems("ct130", NODES, alike, 2)
+    # A host with no part of such an instance is not held back by them.
+    alike["other"] = {"sglang_instances": [{"name": "sglang-30000"}]}
+    assert node_problems("other", [*NODES, "other"], alike, 1) == []
+
+
+class Undefined:
+    """What Ansible's hostvars answers for a name that is no inventory host: an undefined value that fails when tested."""
+
+    def __bool__(self) -> bool:
+        raise AssertionError("an undefined host's variables were tested")
+
+
+class HostVars(Mapping[str, Any]):
+    """Ansible's hostvars as the plugins see it: `in` asks the inventory; an unknown name gives Undefined, no KeyError."""
+
+    def __init__(self, variables: dict[str, Any]) -> None:
+        self.variables = variables
+
+    def __getitem__(self, host: str) -> Any:
+        return self.variables.get(host, Undefined())
+
+    def __contains__(self, host: object) -> bool:
+        return host in self.variables
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.variables)
+
+    def __len__(self) -> int:
+        return len(self.variables)
+
+
+def test_a_node_that_is_no_inventory_host_is_a_problem_line_not_a_crash(node_plan: Plan) -> None:
+    hostvars = HostVars(node_hostvars(node_plan))
+    groups = [{"name": "big", "nodes": ["ct129", "ct13O"]}]
+    assert node_addresses(groups, hostvars) == {"ct129": "ct129", "ct13O": "ct13O"}
+    instances = node_plan("ct129", group={**BIG, "nodes": ["ct129", "ct13O"]})["instances"]
+    hostvars.variables["ct129"] = {"sglang_instances": instances}
+    [line] = node_problems("ct129", ["ct129", "ct130"], hostvars)
+    assert "node ct13O has no part of this instance planned in this run" in line
 
 
 def test_a_gateway_routes_to_rank_0_alone_also_on_a_node_of_another_rank(node_plan: Plan) -> None:

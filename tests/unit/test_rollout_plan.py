@@ -146,6 +146,31 @@ def test_the_filters_read_each_hosts_facts() -> None:
     assert sglang_rollout_budget_problems("h00", list(TWELVE), hostvars, 2) == []
 
 
+def test_a_budget_or_canary_another_host_of_the_run_sets_otherwise_is_refused() -> None:
+    # Each host plans the waves from its own settings: 1 here and 2 there would be different waves, out of step.
+    def published(budget: str, canary: float = 0.0) -> dict[str, Any]:
+        return {"sglang_rollout_max_unavailable": budget, "sglang_rollout_canary_seconds": canary}
+
+    hostvars: dict[str, Any] = {host: {"sglang_instances": found, "rollout": published("1")} for host, found in TWELVE.items()}
+    assert sglang_rollout_budget_problems("h00", list(TWELVE), hostvars, 1, settings="rollout") == []
+    hostvars["h02"]["rollout"] = published("2")
+    hostvars["h03"]["rollout"] = published("1", 30.0)
+    del hostvars["h05"]["rollout"]  # no part in the check (it failed before it, or is not in the run)
+    lines = sglang_rollout_budget_problems("h00", list(TWELVE), hostvars, 1, settings="rollout")
+    assert lines == [
+        "h00 host: sglang_rollout_max_unavailable=\"1\": host h02 of the run has '2': every host plans the rollout's"
+        " waves from its own budget and canary, so they must be the same on every host of the run; fix: set"
+        " sglang_rollout_max_unavailable, sglang_rollout_canary_seconds alike on every host of the run (the play's vars"
+        " or group_vars/all)",
+        "h00 host: sglang_rollout_canary_seconds=0.0: host h03 of the run has 30.0: every host plans the rollout's"
+        " waves from its own budget and canary, so they must be the same on every host of the run; fix: set"
+        " sglang_rollout_max_unavailable, sglang_rollout_canary_seconds alike on every host of the run (the play's vars"
+        " or group_vars/all)",
+    ]
+    # Without the fact's name, nothing is compared (as before).
+    assert sglang_rollout_budget_problems("h00", list(TWELVE), hostvars, 1) == []
+
+
 def test_a_canary_is_compared_with_its_models_instances_of_later_waves_as_its_host_reaches_them() -> None:
     def served(host: str, port: int, model: str) -> dict[str, Any]:
         return {
