@@ -6,7 +6,8 @@ missing (issues 42 and 43). Run from the repository root, after the bundle is un
 Stages (each recorded under its own folder of results.tar.gz):
 
 - `models`: the sandbox's model (tests/fixtures/model_repo.py) at revision 1 and revision 2 (one shard differs; the
-  recording of 2026-12-05 was made while revision 2 also changed generation_config.json), and `broken`: revision 2 with its changed shard cut to half its bytes.
+  recording of 2026-12-05 was made while revision 2 also changed generation_config.json), and `broken`: revision 2
+  with its changed shard cut to half its bytes.
 - `multinode.tp2` and `multinode.tp1`, launched first and left running beside the rest: ct129's settings plus
   `--nnodes 2 --node-rank 0 --dist-init-addr 127.0.0.1:<port> --dist-timeout 60` (tp 2 over two nodes of one GPU, and
   tp 1), node 1 never started; their logs, exit status and seconds to exit (issue 43).
