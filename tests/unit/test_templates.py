@@ -557,3 +557,32 @@ def test_a_cache_dir_of_its_own_is_not_refused() -> None:
 
     assert sglang_cache_dir_problems("/var/cache/sglang", "b200", "/var/lib/sglang", ["/data/x", "/"]) == []
     assert sglang_cache_dir_problems("/var/lib/sglang-cache", "b200", "/var/lib/sglang") == []
+
+
+@pytest.mark.parametrize(
+    ("run_tags", "skip_tags", "selected"),
+    [
+        (["all"], [], True),
+        (["preflight", "install"], [], False),
+        (["sglang_server"], [], True),
+        (["run"], [], True),
+        (["all"], ["sglang_server_run"], False),
+        (["tagged"], [], True),
+    ],
+)
+def test_preflight_checks_cuda_only_where_the_run_s_tags_restart_instances(
+    run_tags: list[str], skip_tags: list[str], selected: bool
+) -> None:
+    """A `--tags preflight,install` run starts no instance: preflight's CUDA smoke check has nothing to check there."""
+    role_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
+    from ansible.plugins.filter.mathstuff import FilterModule as MathFilters
+
+    native = NativeEnvironment()
+    native.filters.update(CoreFilters().filters())
+    native.filters.update(MathFilters().filters())
+    context = {"ansible_run_tags": run_tags, "ansible_skip_tags": skip_tags,
+               "_sglang_server_run_tags": role_vars["_sglang_server_run_tags"]}  # fmt: skip
+    rendered: Any = native.from_string(role_vars["_sglang_server_run_selected"]).render(**context)
+    assert rendered is selected
+    checks = (SERVER / "tasks/checks.yml").read_text()
+    assert "_sglang_server_checks_cuda and _sglang_server_run_selected and" in checks
