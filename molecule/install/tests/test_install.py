@@ -46,9 +46,13 @@ def check(host: Any, command_lines: dict[str, list[str]]) -> dict[str, Any]:
     return verdicts
 
 
-def test_the_venv_imports_the_pinned_sglang(host: Any) -> None:
+def test_the_venv_imports_the_pinned_sglang_and_the_gateway(host: Any) -> None:
+    """SGLang and the SGLang Model Gateway (smg, which replaced sglang-router) at the versions the role pins."""
     assert host.check_output(f"{VENV}/bin/python -c 'import sglang; print(sglang.__version__)'").strip() == "0.5.23"
-    assert "sglang_router" in host.check_output(f"{VENV}/bin/python -m pip list --format=freeze").replace("-", "_")
+    installed = host.check_output(f"{VENV}/bin/python -m pip list --format=freeze").splitlines()
+    assert "smg==1.13.0" in installed
+    assert not [line for line in installed if line.lower().replace("_", "-").startswith("sglang-router==")]
+    assert host.check_output(f"{VENV}/bin/python -c 'import smg.launch_router; print(1)'").strip() == "1"
 
 
 def test_production_command_lines_parse_with_sglangs_own_parser(host: Any) -> None:
