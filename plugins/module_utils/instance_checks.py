@@ -16,6 +16,14 @@ from ansible_collections.sglang.fleet.plugins.module_utils.reshape import fleet_
 from ansible_collections.sglang.fleet.plugins.module_utils.server_settings import truthy
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import Support, since
 
+
+def port_taken(port: int, taken: Mapping[str, Any]) -> str:
+    """What holds `port` (a listener of the host's facts: pid, name), as problem lines say it."""
+    if taken.get("pid"):
+        return f"port {port} is taken by PID {taken['pid']} ({taken.get('name', '?')})"
+    return f"port {port} is taken by a process that cannot be named here"
+
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -550,9 +558,7 @@ def gpu_and_port_problems(
                     where,
                     variable,
                     port,
-                    f"port {port} is taken by PID {taken['pid']} ({taken.get('name', '?')})"
-                    if taken.get("pid")
-                    else f"port {port} is taken by a process that cannot be named here",
+                    port_taken(port, taken),
                     "stop that program or choose another base",
                 )
     ids = list(settings["gpu_ids"] or [])

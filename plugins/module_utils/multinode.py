@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import port_taken
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostProblems, problem_line
 
 NODE_KEYS = ("nodes", "rendezvous_port", "network_interface")
@@ -187,7 +188,7 @@ def rendezvous_problems(problems: HostProblems, facts: Mapping[str, Any], instan
                 where,
                 variable,
                 port,
-                f"port {port} is taken by PID {taken.get('pid', '?')} ({taken.get('name', '?')})",
+                port_taken(port, taken),
                 "stop that program or choose another rendezvous_port",
             )
 
