@@ -4,6 +4,7 @@ vars, not a structure or chain of templates that Ansible compiles part by part w
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -125,6 +126,19 @@ def sglang_wheelhouse_dir(
     return f"{cache}/sglang-{version}-cp{tag}-{architecture}-glibc2.{int(glibc_minor)}-{pins[:12]}"
 
 
+def sglang_venv_parsed_marker(
+    venv: str, parse_input: str, args_checker: Sequence[str], environment: Mapping[str, str], checker: str
+) -> str:
+    """The marker a venv keeps once its runtime parsed these command lines without a problem: `<venv>/.parsed-<digest>`,
+    named by everything the answer depends on: the checker's input (`parse_input`, JSON), its command line
+    (`args_checker`), the servers' environment it parses in and the checker's own text (the file at `checker`). The
+    same digest as the role's template gave it (`[...] | to_json | hash('sha256')`): a converged host does not parse again."""
+    with open(checker, encoding="utf-8") as handle:
+        checker_text = handle.read()
+    named = json.dumps([parse_input, list(args_checker), dict(environment), checker_text])
+    return f"{venv}/.parsed-{hashlib.sha256(named.encode('utf-8')).hexdigest()}"
+
+
 def sglang_server_sandbox(user: str, group: str, home: str, read_write_paths: Sequence[str], cache_dir: str) -> list[str]:
     """The instance units' account, limits and device policy, then the sandbox every fleet unit shares (filter
     systemd_hardening: writable only `home`, `cache_dir` and `read_write_paths`), one "Key=value" each: the unit renders
@@ -173,6 +187,7 @@ class FilterModule:
             "sglang_venv_python": sglang_venv_python,
             "sglang_wheelhouse_pins": sglang_wheelhouse_pins,
             "sglang_wheelhouse_dir": sglang_wheelhouse_dir,
+            "sglang_venv_parsed_marker": sglang_venv_parsed_marker,
             "sglang_server_sandbox": sglang_server_sandbox,
             "sglang_server_environment": sglang_server_environment,
         }
