@@ -157,6 +157,51 @@ def sglang_server_sandbox(user: str, group: str, home: str, read_write_paths: Se
     ]
 
 
+def sglang_server_request(instances: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What deploy's probe compares and reads for the servers (the role's request, sglang_server_probe), whatever the
+    number of `instances`: their unit, environment and key files (`templates`) and the units' helpers (`files`),
+    rendered on the control node and compared in check mode, for a plan without problems (`write`); the service account
+    (`user`, `group`, `extra_groups`, `home`) and its folders (`home`, `cache_dir`, `config_dir`, `helper_dir`,
+    `secrets_dir`) as the instances need them; the instances' key and unit files on the host (`secrets_dir`, `unit_dir`)
+    and `nvidia_modprobe`; the units' states (`unit_properties`, with the device-node unit `devices_unit`) and when each
+    instance's verified files last changed; and the settings of the role's decision (module_utils/role_decisions.py:
+    sglang_server; `displaced`: the units a new shape stops first). One filter call: the settings are templated once."""
+    user, group = settings["user"], settings["group"]
+    secrets_dir, unit_dir = settings["secrets_dir"], settings["unit_dir"]
+    folder = {"state": "directory", "mode": "0750"}
+    return {
+        "name": "sglang_server",
+        "role_path": settings["role_path"],
+        "instances": list(instances) if settings["write"] else [],
+        "templates": settings["templates"],
+        "files": settings["files"],
+        "read": {
+            "accounts": [
+                {"name": user, "group": group, "groups": settings["extra_groups"], "home": settings["home"],
+                 "shell": "/usr/sbin/nologin"}
+            ],
+            "paths": [
+                {"path": settings["home"], **folder, "owner": user, "group": group},
+                {"path": settings["cache_dir"], **folder, "owner": user, "group": group},
+                {"path": settings["config_dir"], **folder, "owner": "root", "group": group},
+                {"path": settings["helper_dir"], "state": "directory", "mode": "0755"},
+                {"path": secrets_dir, **folder, "owner": "root", "group": group},
+            ],
+            "globs": [f"{secrets_dir}/sglang-*.yaml", f"{unit_dir}/sglang-*.service", settings["nvidia_modprobe"]],
+            "units": [*(instance["unit"] for instance in instances), settings["devices_unit"]],
+            "unit_properties": list(settings["unit_properties"]),
+            "mtimes": [pair[0] for instance in instances for pair in instance["files"]["last_good"]],
+        },
+        "decide": {
+            "instances": list(instances),
+            "unit_dir": unit_dir,
+            "secrets_dir": secrets_dir,
+            "devices_unit": settings["devices_unit"],
+            "displaced": list(settings["displaced"]),
+        },
+    }  # fmt: skip
+
+
 # Each library's kernel/compile cache in its own folder of sglang_server_cache_dir (persistent, the service account's,
 # shared by the host's instances; each library publishes a build atomically or under a file lock: README, "Restart
 # times"). SGLANG_JIT_CACHE_DIR is SGLang 0.5.23's JIT kernel cache, TVM_FFI_CACHE_DIR 0.5.17's (apache-tvm-ffi's);
@@ -189,5 +234,6 @@ class FilterModule:
             "sglang_wheelhouse_dir": sglang_wheelhouse_dir,
             "sglang_venv_parsed_marker": sglang_venv_parsed_marker,
             "sglang_server_sandbox": sglang_server_sandbox,
+            "sglang_server_request": sglang_server_request,
             "sglang_server_environment": sglang_server_environment,
         }

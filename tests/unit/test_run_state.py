@@ -196,3 +196,86 @@ def test_the_parsed_marker_has_the_name_the_template_gave_it() -> None:
     other = sglang_venv_parsed_marker("/opt/v", parse_input, argv, {}, str(checker))
     assert other != f"/opt/v/.parsed-{digest}", "another environment: parsed again"
     assert hashlib.sha256(json.dumps([parse_input, argv, environment, checker.read_text()]).encode()).hexdigest() == digest
+
+
+# The server's request as roles/sglang_server/tasks/preflight.yml wrote it before filter sglang_server_request (main
+# before issue 37's last part): a structure of templates, each string compiled whenever the fact was set.
+OLD_SERVER_REQUEST = """
+name: sglang_server
+role_path: "{{ role_path }}"
+instances: "{{ sglang_instances if sglang_preflight_problems | default([]) | length == 0 else [] }}"
+templates: "{{ _sglang_server_instance_templates }}"
+files: "{{ _sglang_server_helper_files }}"
+read:
+  accounts:
+    - {name: "{{ sglang_server_user }}", group: "{{ sglang_server_group }}", groups: "{{ sglang_server_extra_groups }}",
+       home: "{{ sglang_server_home }}", shell: /usr/sbin/nologin}
+  paths:
+    - {path: "{{ sglang_server_home }}", state: directory, owner: "{{ sglang_server_user }}",
+       group: "{{ sglang_server_group }}", mode: "0750"}
+    - {path: "{{ sglang_server_cache_dir }}", state: directory, owner: "{{ sglang_server_user }}",
+       group: "{{ sglang_server_group }}", mode: "0750"}
+    - {path: "{{ sglang_server_config_dir }}", state: directory, owner: root, group: "{{ sglang_server_group }}", mode: "0750"}
+    - {path: "{{ _sglang_server_helper_dir }}", state: directory, mode: "0755"}
+    - {path: "{{ sglang_server_secrets_dir }}", state: directory, owner: root, group: "{{ sglang_server_group }}", mode: "0750"}
+  globs:
+    - "{{ sglang_server_secrets_dir }}/sglang-*.yaml"
+    - "{{ sglang_server_unit_dir }}/sglang-*.service"
+    - "{{ sglang_server_nvidia_modprobe }}"
+  units: "{{ _sglang_server_units + [_sglang_server_devices_unit] }}"
+  unit_properties: "{{ _sglang_server_unit_properties }}"
+  mtimes: "{{ _sglang_server_instance_paths }}"
+decide:
+  instances: "{{ sglang_instances }}"
+  unit_dir: "{{ sglang_server_unit_dir }}"
+  secrets_dir: "{{ sglang_server_secrets_dir }}"
+  devices_unit: "{{ _sglang_server_devices_unit }}"
+  displaced: "{{ (sglang_reshape | default({})).displaced | default([]) }}"
+"""
+OLD_UNITS = "{{ sglang_instances | map(attribute='unit') | list }}"
+OLD_INSTANCE_PATHS = "{{ sglang_instances | map(attribute='files.last_good') | flatten(levels=1) | map('first') | list }}"
+
+
+@pytest.mark.parametrize("problems", [[], ["ct129: a problem"]])
+def test_the_server_request_is_the_structure_it_replaced(problems: list[str]) -> None:
+    import re
+
+    import yaml
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_server_request
+
+    def rendered(value: Any, variables: dict[str, Any]) -> Any:
+        if isinstance(value, dict):
+            return {key: rendered(item, variables) for key, item in value.items()}
+        if isinstance(value, list):
+            return [rendered(item, variables) for item in value]
+        return render(value, **variables) if isinstance(value, str) and "{{" in value else value
+
+    server = ROOT / "roles/sglang_server"
+    variables: dict[str, Any] = {**yaml.safe_load((server / "defaults/main.yml").read_text())}
+    variables |= {name: value for name, value in yaml.safe_load((server / "vars/main.yml").read_text()).items()
+                  if not (isinstance(value, str) and "{{" in value)}  # fmt: skip
+    variables |= {"role_path": str(server), "sglang_server_secrets_dir": "/etc/sglang-fleet/secrets",
+                  "_sglang_server_instance_templates": [{"src": "sglang.service.j2", "group": "sglang"}],
+                  "_sglang_server_helper_files": [{"src": "sglang_launcher.py", "dest": "/usr/local/lib/x"}],
+                  "sglang_instances": INSTANCES, "sglang_preflight_problems": problems,
+                  "sglang_reshape": {"displaced": ["sglang-30001.service"]}}  # fmt: skip
+    variables |= {"_sglang_server_units": render(OLD_UNITS, **variables),
+                  "_sglang_server_instance_paths": render(OLD_INSTANCE_PATHS, **variables)}  # fmt: skip
+    before = rendered(yaml.safe_load(OLD_SERVER_REQUEST), variables)
+    settings = {
+        "role_path": variables["role_path"], "write": not problems,
+        "templates": variables["_sglang_server_instance_templates"], "files": variables["_sglang_server_helper_files"],
+        "user": variables["sglang_server_user"], "group": variables["sglang_server_group"],
+        "extra_groups": variables["sglang_server_extra_groups"], "home": variables["sglang_server_home"],
+        "cache_dir": variables["sglang_server_cache_dir"], "config_dir": variables["sglang_server_config_dir"],
+        "helper_dir": variables["_sglang_server_helper_dir"], "secrets_dir": variables["sglang_server_secrets_dir"],
+        "unit_dir": variables["sglang_server_unit_dir"], "nvidia_modprobe": variables["sglang_server_nvidia_modprobe"],
+        "devices_unit": variables["_sglang_server_devices_unit"], "unit_properties": variables["_sglang_server_unit_properties"],
+        "displaced": ["sglang-30001.service"],
+    }  # fmt: skip
+    assert sglang_server_request(INSTANCES, settings) == before
+    assert (before["instances"] == []) == bool(problems)
+    # The role's task passes every one of these settings, each from the variable the structure read.
+    task = (server / "tasks/preflight.yml").read_text()
+    call = task[task.index("sglang.fleet.sglang_server_request(") :]
+    assert set(re.findall(r"'(\w+)':", call)) == set(settings)
