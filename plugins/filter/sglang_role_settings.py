@@ -126,6 +126,11 @@ def sglang_wheelhouse_dir(
     return f"{cache}/sglang-{version}-cp{tag}-{architecture}-glibc2.{int(glibc_minor)}-{pins[:12]}"
 
 
+def _file_text(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
 def sglang_venv_parsed_marker(
     venv: str, parse_input: str, args_checker: Sequence[str], environment: Mapping[str, str], checker: str
 ) -> str:
@@ -133,10 +138,63 @@ def sglang_venv_parsed_marker(
     named by everything the answer depends on: the checker's input (`parse_input`, JSON), its command line
     (`args_checker`), the servers' environment it parses in and the checker's own text (the file at `checker`). The
     same digest as the role's template gave it (`[...] | to_json | hash('sha256')`): a converged host does not parse again."""
-    with open(checker, encoding="utf-8") as handle:
-        checker_text = handle.read()
-    named = json.dumps([parse_input, list(args_checker), dict(environment), checker_text])
+    named = json.dumps([parse_input, list(args_checker), dict(environment), _file_text(checker)])
     return f"{venv}/.parsed-{hashlib.sha256(named.encode('utf-8')).hexdigest()}"
+
+
+def sglang_venv_request(runtime: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What deploy's probe reads for the runtime `runtime` (the role's request, sglang_venv_probe; nothing for a runtime
+    not among `runtimes`): the OS packages it needs (`os_packages`, and python3.11 where `python_installs`), its venv
+    (`path`) with its pins (`packages`; SGLang's: every wheel its wheelhouse pinned, `pins_file`, filter
+    sglang_wheelhouse_pins), the simulator's unpacked package and its .pth (`simulator_dir`, `python_minor`), this
+    sglang-fleet's checker (`checker`) and CUDA smoke check (role files, `files_dir`) at their content, the import of
+    the runtime's version, the venvs of the runtime under `root`, the marker that it parsed these command lines
+    (`marker`), the host's wheelhouse archive and unpacked marker (`room`), the free space under `root` and
+    `host_wheelhouse`; and the settings of the role's decision (module_utils/role_decisions.py: sglang_venv). One filter
+    call: the settings are templated once, not each string of the structures it replaced."""
+    path, version, root = settings["path"], settings["version"], settings["root"]
+    venvs = f"{root}/{runtime}-*"
+    decide = {"venv": path, "venvs": venvs, "keep_previous": settings["keep_previous"], "checker": settings["checker"]}
+    if runtime not in settings["runtimes"]:
+        return {"name": "sglang_venv", "read": {}, "decide": decide}
+    python = f"{path}/bin/python"
+    os_packages = [*settings["os_packages"], *(["python3.11", "python3.11-venv"] if settings["python_installs"] else [])]
+    packages = list(settings["packages"])
+    paths: list[dict[str, Any]] = []
+    if runtime == "sglang":
+        pins = sglang_wheelhouse_pins(settings["pins_file"], packages)
+        commands = [{"argv": [python, "-c", "import sglang; print(sglang.__version__)"], "stdout": version}]
+    else:
+        pins = packages
+        simulator = settings["simulator_dir"]
+        paths = [
+            {"path": f"{simulator}/sglang_simulator/__init__.py", "state": "file"},
+            {"path": f"{path}/lib/python{settings['python_minor']}/site-packages/sglang_simulator.pth", "state": "file",
+             "mode": "0644", "content": f"{simulator}\n"},
+        ]  # fmt: skip
+        version_of = "from sglang_simulator.facts import load_facts, release; print(load_facts(release()).sglang_version)"
+        commands = [{"argv": [python, "-c", version_of], "environment": {"SGLANG_SIM_VERSION": version}, "stdout": version}]
+    files_dir = settings["files_dir"]
+    paths += [
+        {"path": root, "state": "directory", "mode": "0755"},
+        {"path": settings["checker"], "state": "file", "mode": "0644",
+         "content": _file_text(f"{files_dir}/check_server_args.py")},
+        {"path": f"{path}/cuda_smoke_check.py", "state": "file", "mode": "0644",
+         "content": _file_text(f"{files_dir}/cuda_smoke_check.py")},
+    ]  # fmt: skip
+    room = settings["room"]
+    return {
+        "name": "sglang_venv",
+        "read": {
+            "packages": dict.fromkeys(os_packages, ""),
+            "venvs": [{"path": path, "pins": pins}],
+            "paths": paths,
+            "commands": commands,
+            "globs": [venvs, settings["checker"], settings["marker"], room["archive"], room["unpacked"]],
+            "free_space": [root, settings["host_wheelhouse"]],
+        },
+        "decide": decide,
+    }
 
 
 def sglang_server_sandbox(user: str, group: str, home: str, read_write_paths: Sequence[str], cache_dir: str) -> list[str]:
@@ -233,6 +291,7 @@ class FilterModule:
             "sglang_wheelhouse_pins": sglang_wheelhouse_pins,
             "sglang_wheelhouse_dir": sglang_wheelhouse_dir,
             "sglang_venv_parsed_marker": sglang_venv_parsed_marker,
+            "sglang_venv_request": sglang_venv_request,
             "sglang_server_sandbox": sglang_server_sandbox,
             "sglang_server_request": sglang_server_request,
             "sglang_server_environment": sglang_server_environment,

@@ -279,3 +279,71 @@ def test_the_server_request_is_the_structure_it_replaced(problems: list[str]) ->
     task = (server / "tasks/preflight.yml").read_text()
     call = task[task.index("sglang.fleet.sglang_server_request(") :]
     assert set(re.findall(r"'(\w+)':", call)) == set(settings)
+
+
+def venv_settings(tmp_path: Any, **overrides: Any) -> dict[str, Any]:
+    return {
+        "runtimes": ["sglang", "simulator"], "root": "/opt/sglang", "path": "/opt/sglang/simulator-0.5.23",
+        "version": "0.5.23", "keep_previous": 1, "checker": "/opt/sglang/simulator-0.5.23/check_server_args.py",
+        "marker": "/opt/sglang/simulator-0.5.23/.parsed-abc", "os_packages": ["python3-venv"], "python_installs": False,
+        "python_minor": "3.12", "packages": ["smg==1.13.0"], "pins_file": "",
+        "simulator_dir": "/opt/sglang/simulator-0.5.23/simulator/s-1",
+        "files_dir": str(ROOT / "roles/sglang_venv/files"),
+        "room": {"archive": "/var/cache/wh/sglang-0.5.23.tar", "unpacked": "/var/cache/wh/sglang-0.5.23/.unpacked-*"},
+        "host_wheelhouse": "/var/cache/wh", **overrides,
+    }  # fmt: skip
+
+
+def test_the_venv_request_reads_what_the_structures_it_replaced_read(tmp_path: Any) -> None:
+    """The request roles/sglang_venv/tasks/preflight.yml built from _sglang_venv_installed_packages, _pins, _paths,
+    _files and _commands (main before issue 37's last part), for each runtime."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_venv_request
+
+    files = ROOT / "roles/sglang_venv/files"
+    common_paths = [
+        {"path": "/opt/sglang", "state": "directory", "mode": "0755"},
+        {"path": "/opt/sglang/simulator-0.5.23/check_server_args.py", "state": "file", "mode": "0644",
+         "content": (files / "check_server_args.py").read_text()},
+        {"path": "/opt/sglang/simulator-0.5.23/cuda_smoke_check.py", "state": "file", "mode": "0644",
+         "content": (files / "cuda_smoke_check.py").read_text()},
+    ]  # fmt: skip
+    decide = {"venv": "/opt/sglang/simulator-0.5.23", "venvs": "/opt/sglang/simulator-*", "keep_previous": 1,
+              "checker": "/opt/sglang/simulator-0.5.23/check_server_args.py"}  # fmt: skip
+    simulator = sglang_venv_request("simulator", venv_settings(tmp_path))
+    python = "/opt/sglang/simulator-0.5.23/bin/python"
+    assert simulator == {
+        "name": "sglang_venv",
+        "read": {
+            "packages": {"python3-venv": ""},
+            "venvs": [{"path": "/opt/sglang/simulator-0.5.23", "pins": ["smg==1.13.0"]}],
+            "paths": [
+                {"path": "/opt/sglang/simulator-0.5.23/simulator/s-1/sglang_simulator/__init__.py", "state": "file"},
+                {"path": "/opt/sglang/simulator-0.5.23/lib/python3.12/site-packages/sglang_simulator.pth", "state": "file",
+                 "mode": "0644", "content": "/opt/sglang/simulator-0.5.23/simulator/s-1\n"},
+                *common_paths,
+            ],
+            "commands": [{"argv": [python, "-c", "from sglang_simulator.facts import load_facts, release; "
+                                   "print(load_facts(release()).sglang_version)"],
+                          "environment": {"SGLANG_SIM_VERSION": "0.5.23"}, "stdout": "0.5.23"}],
+            "globs": ["/opt/sglang/simulator-*", "/opt/sglang/simulator-0.5.23/check_server_args.py",
+                      "/opt/sglang/simulator-0.5.23/.parsed-abc", "/var/cache/wh/sglang-0.5.23.tar",
+                      "/var/cache/wh/sglang-0.5.23/.unpacked-*"],
+            "free_space": ["/opt/sglang", "/var/cache/wh"],
+        },
+        "decide": decide,
+    }  # fmt: skip
+    pins = tmp_path / "requirements-hashed.txt"
+    pins.write_text("sglang==0.5.23 --hash=sha256:aa\nsmg==1.13.0 --hash=sha256:bb\ntorch==2.9.1 --hash=sha256:cc\n")
+    top = ["sglang==0.5.23", "smg==1.13.0"]
+    sglang = sglang_venv_request("sglang", venv_settings(tmp_path, packages=top, pins_file=str(pins), simulator_dir="",
+                                                         python_installs=True, os_packages=[]))  # fmt: skip
+    assert sglang["read"]["packages"] == {"python3.11": "", "python3.11-venv": ""}, "python3.11 installed to build it"
+    assert sglang["read"]["venvs"][0]["pins"] == ["sglang==0.5.23", "smg==1.13.0", "torch==2.9.1"], "every wheel pinned"
+    assert sglang["read"]["paths"] == common_paths
+    assert sglang["read"]["commands"] == [
+        {"argv": [python, "-c", "import sglang; print(sglang.__version__)"], "stdout": "0.5.23"}
+    ]
+    fallback = sglang_venv_request("sglang", venv_settings(tmp_path, packages=top, pins_file=str(tmp_path / "absent")))
+    assert fallback["read"]["venvs"][0]["pins"] == top, "no wheelhouse here yet: the top-level pins"
+    unknown = sglang_venv_request("conda", venv_settings(tmp_path))
+    assert unknown == {"name": "sglang_venv", "read": {}, "decide": {**decide, "venvs": "/opt/sglang/conda-*"}}
