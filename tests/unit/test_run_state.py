@@ -347,3 +347,72 @@ def test_the_venv_request_reads_what_the_structures_it_replaced_read(tmp_path: A
     assert fallback["read"]["venvs"][0]["pins"] == top, "no wheelhouse here yet: the top-level pins"
     unknown = sglang_venv_request("conda", venv_settings(tmp_path))
     assert unknown == {"name": "sglang_venv", "read": {}, "decide": {**decide, "venvs": "/opt/sglang/conda-*"}}
+
+
+# CUDA's request as roles/cuda/tasks/preflight.yml and vars/main.yml built it before filter cuda_request (main before
+# issue 37's last part).
+OLD_CUDA_VARS = """
+_cuda_installed_packages:
+  apt: "{{ {cuda_apt_package: cuda_apt_version} }}"
+  wheels: "{{ dict(cuda_wheels_os_packages | product([''])) if ansible_facts.os_family == 'Debian' else {} }}"
+  none: {}
+_cuda_installed_venvs:
+  apt: []
+  wheels: [{path: "{{ cuda_wheels_prefix }}", pins: "{{ cuda_wheels }}"}]
+  none: []
+_cuda_installed_paths:
+  apt:
+    - {path: "{{ _cuda_apt_keyring }}", state: file}
+    - {path: "{{ cuda_home }}", state: link, src: "/usr/local/cuda-{{ cuda_version }}"}
+  wheels:
+    - {path: "{{ cuda_home }}", state: link, src: "{{ _cuda_wheels_home }}"}
+  none: []
+"""
+OLD_CUDA_REQUEST = """
+name: cuda
+role_path: "{{ role_path }}"
+files: "{{ _cuda_apt_files if cuda_install_method == 'apt' else [] }}"
+read:
+  packages: "{{ _cuda_installed_packages[cuda_install_method] | default({}) }}"
+  venvs: "{{ _cuda_installed_venvs[cuda_install_method] | default([]) }}"
+  paths: "{{ _cuda_installed_paths[cuda_install_method] | default([]) }}"
+  commands: [{argv: ["{{ cuda_home }}/bin/nvcc", --version]}]
+decide: {}
+"""
+
+
+@pytest.mark.parametrize("method", ["apt", "wheels", "none", "conda"])
+@pytest.mark.parametrize("family", ["Debian", "RedHat"])
+def test_the_cuda_request_is_the_structure_it_replaced(method: str, family: str) -> None:
+    import yaml
+    from ansible_collections.sglang.fleet.plugins.filter.cuda import cuda_request
+
+    def rendered(value: Any, variables: dict[str, Any]) -> Any:
+        if isinstance(value, dict):
+            return {key: rendered(item, variables) for key, item in value.items()}
+        if isinstance(value, list):
+            return [rendered(item, variables) for item in value]
+        return render(value, **variables) if isinstance(value, str) and "{{" in value else value
+
+    cuda = ROOT / "roles/cuda"
+    variables: dict[str, Any] = {name: value for name, value in yaml.safe_load((cuda / "defaults/main.yml").read_text()).items()
+                                 if not (isinstance(value, str) and "{{" in value)}  # fmt: skip
+    role_vars = yaml.safe_load((cuda / "vars/main.yml").read_text())
+    variables |= {"role_path": str(cuda), "cuda_install_method": method, "ansible_facts": {"os_family": family},
+                  "_cuda_apt_files": role_vars["_cuda_apt_files"], "_cuda_apt_keyring": role_vars["_cuda_apt_keyring"],
+                  "cuda_apt_package": "cuda-toolkit-13-0", "cuda_wheels_prefix": "/opt/cuda-13.0",
+                  "_cuda_wheels_home": "/opt/cuda-13.0/lib/python3.12/site-packages/nvidia/cu13"}  # fmt: skip
+    variables |= {name: rendered(value, variables) for name, value in yaml.safe_load(OLD_CUDA_VARS).items()}
+    before = rendered(yaml.safe_load(OLD_CUDA_REQUEST), variables)
+    settings = {
+        "role_path": str(cuda), "home": variables["cuda_home"], "version": variables["cuda_version"],
+        "apt_files": variables["_cuda_apt_files"] if method == "apt" else [],
+        "apt_package": variables["cuda_apt_package"], "apt_version": variables["cuda_apt_version"],
+        "apt_keyring": variables["_cuda_apt_keyring"], "wheels_os_packages": variables["cuda_wheels_os_packages"],
+        "debian": family == "Debian", "wheels": variables["cuda_wheels"], "wheels_prefix": variables["cuda_wheels_prefix"],
+        "wheels_home": variables["_cuda_wheels_home"],
+    }  # fmt: skip
+    assert cuda_request(method, settings) == before
+    task = (cuda / "tasks/preflight.yml").read_text()
+    call = task[task.index("sglang.fleet.cuda_request(") : task.index("cuda_preflight_problems")]
+    assert {name for name in settings if f"'{name}':" in call} == set(settings)
