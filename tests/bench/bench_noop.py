@@ -11,6 +11,8 @@ and `--check --diff` in turn, five times: a noisy minute of the shared machine w
 - the templates Ansible compiles during one no-op deploy (see COUNT_TEMPLATES: jinja2's public `Environment.compile`
   wrapped in the benchmark's own ansible-playbook process, whose workers inherit it; each call appends a byte to a file,
   so the workers' calls are counted too). The product installs no such hook.
+`--templates` prints the count alone; `--profile` which tasks (file:line, the innermost task on the compiling stack) and
+which templates compile most during one no-op.
 """
 
 from __future__ import annotations
