@@ -76,17 +76,17 @@ def test_the_servers_rolling_state_is_what_the_templates_said(case: str, check_m
     would_roll = render(OLD_WOULD_ROLL, **variables, _sglang_server_units_now=units)
     to_roll = render(OLD_TO_ROLL, **variables, _sglang_server_units_now=units, _sglang_server_would_roll=would_roll)
     found = server_rolling(INSTANCES, DECISION, registered, check_mode, leftovers)
-    assert found == {"changed_host": render(OLD_CHANGED_HOST, **variables), "units": units, "would_roll": would_roll,
+    assert found == {"host_changed": render(OLD_CHANGED_HOST, **variables), "units": units, "would_roll": would_roll,
                      "to_roll": to_roll}  # fmt: skip
 
 
 def test_a_rollout_restarts_the_stale_instances_and_in_check_mode_those_it_would_change() -> None:
     stale = server_rolling(INSTANCES, DECISION, {}, check_mode=False)
     assert [item["name"] for item in stale["to_roll"]] == ["sglang-30000"], "stale, without the one across hosts"
-    assert stale["changed_host"] is False and stale["units"] is DECISION
+    assert stale["host_changed"] is False and stale["units"] is DECISION
     check = server_rolling(INSTANCES, DECISION, {"instance_files": WRITTEN}, check_mode=True)
     assert [item["name"] for item in check["would_roll"]] == ["sglang-30000", "sglang-30002"], "not the stopped one"
-    assert [item["name"] for item in check["to_roll"]] == ["sglang-30000"] and check["changed_host"] is True
+    assert [item["name"] for item in check["to_roll"]] == ["sglang-30000"] and check["host_changed"] is True
     again = server_rolling(INSTANCES, DECISION, {"instance_files": WRITTEN, "reread": REREAD}, check_mode=False)
     assert [item["name"] for item in again["units"]["stale"]] == ["sglang-30001"], "as read again: its file is newer"
     assert again["units"]["stopped"] == []
