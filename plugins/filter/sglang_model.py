@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
+from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import unique
 from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import CACHE_ROOM, slug
 
 CACHE_FIX = "free space there, or set sglang_model_cache_dir to a filesystem with room for the model"
@@ -172,6 +173,37 @@ def _fanout_group(members: Sequence[str], hostvars: Mapping[str, Any], seeds: in
     return plan
 
 
+def sglang_model_fanout_part(
+    plan: Mapping[str, Mapping[str, Any]], host: str, active: Sequence[str], hostvars: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`host`'s part in the fan-out `plan` (filter sglang_model_fanout; empty where the host had nothing to send):
+    its `entry` (its wave, who sends it the revision, whether it shares another host's copy), the `peer` it copies
+    from as that host published it (sglang_model_source.peer: address, port, user; with `ssh_host`, the address as ssh
+    takes it, an IPv6 one in brackets, and `known_host`, the name known_hosts has it under), whether the control node
+    sends it the files (`from_control`: its plan says so, or its peer is no longer among the `active` hosts), the
+    copies between hosts of the whole run (`copies`: their entries), who sends them (`senders`; `senders_unplanned`:
+    those that held the revision before the run), who receives one (`receivers`) and how many waves there are."""
+    entry = dict(plan.get(host) or {"source": "control", "wave": 0, "shared": False})
+    copies = [part for part in plan.values() if part["source"] != "control" and not part["shared"]]
+    senders = unique(part["source"] for part in copies)
+    source = entry["source"]
+    peer = dict(((hostvars[source].get("sglang_model_source") or {}).get("peer") or {}) if source != "control" else {})
+    if peer:
+        address, port = str(peer["address"]), int(peer["port"])
+        peer["ssh_host"] = f"[{address}]" if ":" in address else address
+        peer["known_host"] = address if port == 22 else f"[{address}]:{port}"
+    return {
+        "entry": entry,
+        "peer": peer,
+        "from_control": source == "control" or (source in plan and source not in active),
+        "copies": copies,
+        "senders": senders,
+        "senders_unplanned": [sender for sender in senders if sender not in plan],
+        "receivers": [name for name, part in plan.items() if part["source"] != "control" and not part["shared"]],
+        "waves": max((int(part["wave"]) for part in plan.values()), default=-1) + 1,
+    }
+
+
 class FilterModule:
     """Ansible entry point."""
 
@@ -179,6 +211,7 @@ class FilterModule:
         return {
             "sglang_model_dir": sglang_model_dir,
             "sglang_model_fanout": sglang_model_fanout,
+            "sglang_model_fanout_part": sglang_model_fanout_part,
             "sglang_model_name": sglang_model_name,
             "sglang_model_problems": sglang_model_problems,
             "sglang_model_sha256": sglang_model_sha256,

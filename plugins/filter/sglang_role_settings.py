@@ -4,6 +4,7 @@ vars, not a structure or chain of templates that Ansible compiles part by part w
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -125,6 +126,77 @@ def sglang_wheelhouse_dir(
     return f"{cache}/sglang-{version}-cp{tag}-{architecture}-glibc2.{int(glibc_minor)}-{pins[:12]}"
 
 
+def _file_text(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def sglang_venv_parsed_marker(
+    venv: str, parse_input: str, args_checker: Sequence[str], environment: Mapping[str, str], checker: str
+) -> str:
+    """The marker a venv keeps once its runtime parsed these command lines without a problem: `<venv>/.parsed-<digest>`,
+    named by everything the answer depends on: the checker's input (`parse_input`, JSON), its command line
+    (`args_checker`), the servers' environment it parses in and the checker's own text (the file at `checker`). The
+    same digest as the role's template gave it (`[...] | to_json | hash('sha256')`): a converged host does not parse again."""
+    named = json.dumps([parse_input, list(args_checker), dict(environment), _file_text(checker)])
+    return f"{venv}/.parsed-{hashlib.sha256(named.encode('utf-8')).hexdigest()}"
+
+
+def sglang_venv_request(runtime: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What deploy's probe reads for the runtime `runtime` (the role's request, sglang_venv_probe; nothing for a runtime
+    not among `runtimes`): the OS packages it needs (`os_packages`, and python3.11 where `python_installs`), its venv
+    (`path`) with its pins (`packages`; SGLang's: every wheel its wheelhouse pinned, `pins_file`, filter
+    sglang_wheelhouse_pins), the simulator's unpacked package and its .pth (`simulator_dir`, `python_minor`), this
+    sglang-fleet's checker (`checker`) and CUDA smoke check (role files, `files_dir`) at their content, the import of
+    the runtime's version, the venvs of the runtime under `root`, the marker that it parsed these command lines
+    (`marker`), the host's wheelhouse archive and unpacked marker (`room`), the free space under `root` and
+    `host_wheelhouse`; and the settings of the role's decision (module_utils/role_decisions.py: sglang_venv). One filter
+    call: the settings are templated once, not each string of the structures it replaced."""
+    path, version, root = settings["path"], settings["version"], settings["root"]
+    venvs = f"{root}/{runtime}-*"
+    decide = {"venv": path, "venvs": venvs, "keep_previous": settings["keep_previous"], "checker": settings["checker"]}
+    if runtime not in settings["runtimes"]:
+        return {"name": "sglang_venv", "read": {}, "decide": decide}
+    python = f"{path}/bin/python"
+    os_packages = [*settings["os_packages"], *(["python3.11", "python3.11-venv"] if settings["python_installs"] else [])]
+    packages = list(settings["packages"])
+    paths: list[dict[str, Any]] = []
+    if runtime == "sglang":
+        pins = sglang_wheelhouse_pins(settings["pins_file"], packages)
+        commands = [{"argv": [python, "-c", "import sglang; print(sglang.__version__)"], "stdout": version}]
+    else:
+        pins = packages
+        simulator = settings["simulator_dir"]
+        paths = [
+            {"path": f"{simulator}/sglang_simulator/__init__.py", "state": "file"},
+            {"path": f"{path}/lib/python{settings['python_minor']}/site-packages/sglang_simulator.pth", "state": "file",
+             "mode": "0644", "content": f"{simulator}\n"},
+        ]  # fmt: skip
+        version_of = "from sglang_simulator.facts import load_facts, release; print(load_facts(release()).sglang_version)"
+        commands = [{"argv": [python, "-c", version_of], "environment": {"SGLANG_SIM_VERSION": version}, "stdout": version}]
+    files_dir = settings["files_dir"]
+    paths += [
+        {"path": root, "state": "directory", "mode": "0755"},
+        {"path": settings["checker"], "state": "file", "mode": "0644",
+         "content": _file_text(f"{files_dir}/check_server_args.py")},
+        {"path": f"{path}/cuda_smoke_check.py", "state": "file", "mode": "0644",
+         "content": _file_text(f"{files_dir}/cuda_smoke_check.py")},
+    ]  # fmt: skip
+    room = settings["room"]
+    return {
+        "name": "sglang_venv",
+        "read": {
+            "packages": dict.fromkeys(os_packages, ""),
+            "venvs": [{"path": path, "pins": pins}],
+            "paths": paths,
+            "commands": commands,
+            "globs": [venvs, settings["checker"], settings["marker"], room["archive"], room["unpacked"]],
+            "free_space": [root, settings["host_wheelhouse"]],
+        },
+        "decide": decide,
+    }
+
+
 def sglang_server_sandbox(user: str, group: str, home: str, read_write_paths: Sequence[str], cache_dir: str) -> list[str]:
     """The instance units' account, limits and device policy, then the sandbox every fleet unit shares (filter
     systemd_hardening: writable only `home`, `cache_dir` and `read_write_paths`), one "Key=value" each: the unit renders
@@ -141,6 +213,51 @@ def sglang_server_sandbox(user: str, group: str, home: str, read_write_paths: Se
         *(f"DeviceAllow={device} rw" for device in NVIDIA_CONTROL_DEVICES),
         *systemd_hardening([home, f"-{cache_dir}", *read_write_paths]),
     ]
+
+
+def sglang_server_request(instances: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What deploy's probe compares and reads for the servers (the role's request, sglang_server_probe), whatever the
+    number of `instances`: their unit, environment and key files (`templates`) and the units' helpers (`files`),
+    rendered on the control node and compared in check mode, for a plan without problems (`write`); the service account
+    (`user`, `group`, `extra_groups`, `home`) and its folders (`home`, `cache_dir`, `config_dir`, `helper_dir`,
+    `secrets_dir`) as the instances need them; the instances' key and unit files on the host (`secrets_dir`, `unit_dir`)
+    and `nvidia_modprobe`; the units' states (`unit_properties`, with the device-node unit `devices_unit`) and when each
+    instance's verified files last changed; and the settings of the role's decision (module_utils/role_decisions.py:
+    sglang_server; `displaced`: the units a new shape stops first). One filter call: the settings are templated once."""
+    user, group = settings["user"], settings["group"]
+    secrets_dir, unit_dir = settings["secrets_dir"], settings["unit_dir"]
+    folder = {"state": "directory", "mode": "0750"}
+    return {
+        "name": "sglang_server",
+        "role_path": settings["role_path"],
+        "instances": list(instances) if settings["write"] else [],
+        "templates": settings["templates"],
+        "files": settings["files"],
+        "read": {
+            "accounts": [
+                {"name": user, "group": group, "groups": settings["extra_groups"], "home": settings["home"],
+                 "shell": "/usr/sbin/nologin"}
+            ],
+            "paths": [
+                {"path": settings["home"], **folder, "owner": user, "group": group},
+                {"path": settings["cache_dir"], **folder, "owner": user, "group": group},
+                {"path": settings["config_dir"], **folder, "owner": "root", "group": group},
+                {"path": settings["helper_dir"], "state": "directory", "mode": "0755"},
+                {"path": secrets_dir, **folder, "owner": "root", "group": group},
+            ],
+            "globs": [f"{secrets_dir}/sglang-*.yaml", f"{unit_dir}/sglang-*.service", settings["nvidia_modprobe"]],
+            "units": [*(instance["unit"] for instance in instances), settings["devices_unit"]],
+            "unit_properties": list(settings["unit_properties"]),
+            "mtimes": [pair[0] for instance in instances for pair in instance["files"]["last_good"]],
+        },
+        "decide": {
+            "instances": list(instances),
+            "unit_dir": unit_dir,
+            "secrets_dir": secrets_dir,
+            "devices_unit": settings["devices_unit"],
+            "displaced": list(settings["displaced"]),
+        },
+    }  # fmt: skip
 
 
 # Each library's kernel/compile cache in its own folder of sglang_server_cache_dir (persistent, the service account's,
@@ -173,6 +290,9 @@ class FilterModule:
             "sglang_venv_python": sglang_venv_python,
             "sglang_wheelhouse_pins": sglang_wheelhouse_pins,
             "sglang_wheelhouse_dir": sglang_wheelhouse_dir,
+            "sglang_venv_parsed_marker": sglang_venv_parsed_marker,
+            "sglang_venv_request": sglang_venv_request,
             "sglang_server_sandbox": sglang_server_sandbox,
+            "sglang_server_request": sglang_server_request,
             "sglang_server_environment": sglang_server_environment,
         }

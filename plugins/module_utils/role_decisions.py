@@ -240,6 +240,47 @@ def sglang_router(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Dec
     return decision
 
 
+def changed(result: Any) -> bool:
+    """Ansible's `changed` test of a registered result (a loop's too: its `changed` says whether any item changed)."""
+    return isinstance(result, Mapping) and bool(result.get("changed"))
+
+
+def server_rolling(
+    instances: Sequence[Mapping[str, Any]],
+    decision: Mapping[str, Any],
+    registered: Mapping[str, Any],
+    check_mode: bool,
+    leftovers: bool = False,
+) -> Decision:
+    """The servers as this run left them so far, from deploy's probe's `decision` (sglang_server) and the server tasks'
+    `registered` results (`removed_keys`, `instance_files`, `displaced`, `rolled`, `reread`; each absent or skipped
+    where its task did not run): `host_changed` (any of the first four changed something), `units` (the instances'
+    units as last read: by the probe, or by tasks/roll.yml's `reread` once this run changed files or units;
+    server_units), `would_roll` (in check mode no file changes: the running instances whose files this run would
+    change) and `to_roll`, what a rollout restarts: `would_roll` in check mode (unless rolling an earlier run's
+    `leftovers`), else the stale instances; either without an instance that spans hosts (tasks/nodes.yml restarts
+    every node of it together)."""
+    host_changed = any(changed(registered.get(name)) for name in ("removed_keys", "instance_files", "displaced", "rolled"))
+    reread: Mapping[str, Any] = registered.get("reread") or {}
+    units = server_units(instances, reread) if reread and not reread.get("skipped") else decision
+    changed_instances = (registered.get("instance_files") or {}).get("changed_instances") or []
+    stopped = [instance["unit"] for instance in units["stopped"]]
+    would_roll = [instance for instance in instances if instance["name"] in changed_instances and instance["unit"] not in stopped]
+    rolling = would_roll if check_mode and not leftovers else units["stale"]
+    return {
+        "host_changed": host_changed,
+        "units": units,
+        "would_roll": would_roll,
+        "to_roll": [instance for instance in rolling if "nodes" not in instance],
+    }
+
+
+def changed_items(*registered: Any) -> list[Any]:
+    """The items whose task changed something, of each of the loops' `registered` results (absent: none), in order."""
+    results = (result for loop in registered if isinstance(loop, Mapping) for result in loop.get("results") or [])
+    return [result["item"] for result in results if changed(result)]
+
+
 ROLES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Decision]] = {
     "sglang_plan": plan,
     "cuda": cuda,

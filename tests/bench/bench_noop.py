@@ -11,6 +11,8 @@ and `--check --diff` in turn, five times: a noisy minute of the shared machine w
 - the templates Ansible compiles during one no-op deploy (see COUNT_TEMPLATES: jinja2's public `Environment.compile`
   wrapped in the benchmark's own ansible-playbook process, whose workers inherit it; each call appends a byte to a file,
   so the workers' calls are counted too). The product installs no such hook.
+`--templates` prints the count alone; `--profile` which tasks (file:line, the innermost task on the compiling stack) and
+which templates compile most during one no-op.
 """
 
 from __future__ import annotations
@@ -75,20 +77,69 @@ sys.argv = sys.argv[2:]
 runpy.run_path(script, run_name="__main__")
 """
 
+# The same, recording for each compile the task compiling it (the innermost caller's `task` or `self._task` with a
+# `get_path()`, as `file:line`) and the template's first 160 characters, one JSON line each (a profile, not a count).
+PROFILE_TEMPLATES = COUNT_TEMPLATES.replace(
+    'os.write(descriptor, b"1")',
+    'os.write(descriptor, (json.dumps([compiling_task(), str(args[1] if len(args) > 1 else kwargs.get("source"))[:160]])'
+    ' + "\\n").encode())',
+).replace(
+    "import functools, os, runpy, sys",
+    """import functools, json, os, runpy, sys
+def compiling_task():
+    frame = sys._getframe(2)
+    while frame is not None:
+        for name in ("task", "self"):
+            found = frame.f_locals.get(name)
+            found = getattr(found, "_task", found) if name == "self" else found
+            path = getattr(found, "get_path", None)
+            if callable(path):
+                try:
+                    return str(path())
+                except Exception:
+                    pass
+        frame = frame.f_back
+    return "?"
+""",
+)
 
-def templates_compiled(*options: str) -> int:
-    """How many templates Ansible compiles during one `ansible-playbook deploy.yml` with `options` (a no-op: changed=0)."""
+
+def compiles(hook: str, *options: str) -> bytes:
+    """What `hook` (COUNT_TEMPLATES or PROFILE_TEMPLATES) wrote during one `ansible-playbook deploy.yml` with `options`
+    (a no-op: changed=0)."""
     with tempfile.TemporaryDirectory(prefix="sglang-fleet-bench-") as directory:
         counter = Path(directory) / "compiled"
         run = subprocess.run(
-            [str(ROOT / ".venv/bin/python"), "-c", COUNT_TEMPLATES, str(counter), str(ROOT / ".venv/bin/ansible-playbook"),
+            [str(ROOT / ".venv/bin/python"), "-c", hook, str(counter), str(ROOT / ".venv/bin/ansible-playbook"),
              "-i", str(SANDBOX_INVENTORY), "deploy.yml", *options],
             cwd=ROOT, capture_output=True, text=True, check=False,
         )  # fmt: skip
         recap = RECAP.findall(run.stdout)
         if run.returncode != 0 or not recap or any(changed != "0" for _, changed, _, _ in recap):
             raise RuntimeError(f"not a no-op: rc={run.returncode}, recap={recap}\n{run.stdout[-3000:]}{run.stderr[-2000:]}")
-        return counter.stat().st_size if counter.exists() else 0
+        return counter.read_bytes() if counter.exists() else b""
+
+
+def templates_compiled(*options: str) -> int:
+    """How many templates Ansible compiles during one `ansible-playbook deploy.yml` with `options` (a no-op: changed=0)."""
+    return len(compiles(COUNT_TEMPLATES, *options))
+
+
+def template_profile(*options: str, top: int = 40) -> None:
+    """Prints the tasks (file:line) that compile the most templates in one no-op, and the templates compiled most."""
+    import json
+    from collections import Counter
+
+    records = [json.loads(line) for line in compiles(PROFILE_TEMPLATES, *options).decode().splitlines()]
+    root = f"{ROOT}/"
+    by_task = Counter(task.replace(root, "") for task, _source in records)
+    by_source = Counter(source.replace("\n", " ") for _task, source in records)
+    print(f"templates compiled during the no-op: {len(records)}; by task ({len(by_task)} tasks):")
+    for task, count in by_task.most_common(top):
+        print(f"{count:5d}  {task}")
+    print(f"by template ({len(by_source)} distinct):")
+    for source, count in by_source.most_common(top):
+        print(f"{count:5d}  {source[:150]}")
 
 
 def median(action: Callable[[], None]) -> float:
@@ -152,7 +203,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--templates"]:  # the count alone, of a converged sandbox: --templates [ansible-playbook options]
+    if sys.argv[1:2] == ["--profile"]:  # which tasks and templates compile most, in a converged sandbox's no-op
+        template_profile(*sys.argv[2:])
+    elif sys.argv[1:2] == ["--templates"]:  # the count alone, of a converged sandbox: --templates [ansible-playbook options]
         print(f"templates compiled during the no-op: {templates_compiled(*sys.argv[2:])}")
     else:
         main()

@@ -37,7 +37,7 @@ def run_plan(
                 {
                     "ansible.builtin.copy": {
                         "dest": str(tmp_path / "facts.json"),
-                        "content": "{{ {'answer': answer, 'sglang_host': sglang_host} | to_json }}",
+                        "content": "{{ {'answer': answer, 'sglang_host': ansible_facts.sglang_host} | to_json }}",
                     }
                 },
             ],

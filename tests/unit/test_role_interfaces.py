@@ -12,7 +12,8 @@ import pytest
 import yaml
 from fleet import ROOT
 
-# The deploy's roles after the plan. The plan runs first and publishes its own facts (sglang_instances, sglang_host, ...).
+# The deploy's roles after the plan. The plan runs first and publishes its own facts (sglang_instances,
+# ansible_facts.sglang_host, ...).
 ROLES = ["cuda", "sglang_venv", "sglang_server", "sglang_router"]
 # What each role publishes in its preflight entry point, and the keys its consumers may read.
 PUBLISHED = {

@@ -35,7 +35,7 @@ def run_waves(tmp_path: Path, routers: dict[str, str], check: bool) -> subproces
                 "sglang_rollout_canary_max_regression": 0.2,
                 "sglang_server_ready_timeout": 5, "sglang_server_ready_interval": 1, "sglang_server_drain_timeout": 1,
                 "sglang_server_probe_tokens": 1, "sglang_server_min_accept_length": 1.0, "sglang_server_journal_lines": 1,
-                "sglang_api_key": "", "_sglang_server_to_roll": "{{ sglang_instances }}",
+                "sglang_api_key": "", "_sglang_server_rolling": {"to_roll": "{{ sglang_instances }}"},
                 "sglang_instances": [instance(30000, tmp_path), instance(30001, tmp_path)]}  # fmt: skip
     play = [{
         "hosts": "all", "gather_facts": False, "vars": settings,

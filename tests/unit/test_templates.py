@@ -273,9 +273,12 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     [writer] = [task[writer_name] for task in server_tasks if writer_name in task]
     assert writer["files"] == "{{ _sglang_server_helper_files }}"
     [router_writer] = [task[writer_name] for task in router_tasks if writer_name in task and not task.get("check_mode")]
-    assert router_writer["files"] == "{{ _sglang_router_files }}"
+    # What deploy's probe compared (the request of the router's preflight, with the launcher files) is what is written.
+    assert router_writer["files"] == "{{ sglang_router_probe.files }}"
     router_files = router_vars["_sglang_router_launcher_files"]
-    assert "_sglang_router_launcher_files" in router_vars["_sglang_router_files"]
+    router_preflight = (ROUTER / "tasks/preflight.yml").read_text()
+    assert "sglang.fleet.sglang_router_request(" in router_preflight
+    assert "'launcher_files': _sglang_router_launcher_files" in router_preflight
     copies = {item["src"]: item["dest"] for item in router_files if "src" in item and not item.get("template")}
     copies |= {item["src"]: item["dest"] for item in server_vars["_sglang_server_helper_files"] if not item.get("template")}
     assert copies["sglang_launcher.py"] == "{{ _sglang_server_helper_dir }}/sglang_launcher.py"
