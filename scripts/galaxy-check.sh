@@ -34,8 +34,8 @@ mv "$OUT/dist/$artifact" "$OUT/dist/collections/"
 python ee/pack_collections.py requirements/collections.yml "$OUT/dist" "$artifact"
 mv "$OUT"/dist/collections/*.tar.gz "$OUT/dist/" && rm -r "$OUT/dist/collections" "$OUT/dist/requirements.yml"
 ls "$OUT/dist" >&2
-# galaxy.yml's build_ignore names tests/' folders one by one: of tests/, only ansible-test's ignore file ships.
-if tar -tzf "$OUT/dist/$artifact" | grep '^tests/' | grep -v '^tests/$\|^tests/sanity/'; then
+# galaxy.yml's build_ignore names tests/' folders one by one: of tests/, only ansible-test's ignore file and settings ship.
+if tar -tzf "$OUT/dist/$artifact" | grep '^tests/' | grep -v '^tests/$\|^tests/sanity/\|^tests/config.yml$'; then
   echo "$artifact: test content above ships (galaxy.yml build_ignore)" >&2
   exit 1
 fi
@@ -81,6 +81,14 @@ if [[ ! -f $get_pip ]]; then
 fi
 collection=$work/installed/ansible_collections/sglang/fleet
 (cd "$collection" && ansible-test sanity --python 3.11 --requirements --color no) >&2
+# The modules and their module_utils run on the managed host's Python, down to tests/config.yml's floor (3.10, Ubuntu
+# 22.04's): the tests that load that code (compile, import) on that Python too. PYTHON_MODULES_OLDEST names it; by
+# default pyenv's or the PATH's python3.10.
+oldest=${PYTHON_MODULES_OLDEST:-$(ls /root/.pyenv/versions/3.10*/bin/python3.10 2>/dev/null | head -n 1 || true)}
+oldest=${oldest:-$(command -v python3.10 || true)}
+[[ -x $oldest ]] || { echo "galaxy-check: no Python 3.10 for the modules' floor (set PYTHON_MODULES_OLDEST)" >&2; exit 1; }
+(cd "$collection" && PATH=$(dirname "$oldest"):$PATH \
+  ansible-test sanity --test compile --test import --python 3.10 --requirements --color no) >&2
 
 step "ansible-doc renders every module, filter, lookup, callback and role entry point of the installed artifact"
 for kind in module filter lookup callback role; do

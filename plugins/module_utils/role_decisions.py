@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 Decision = dict[str, Any]
@@ -112,7 +112,7 @@ def utc_seconds(timestamp: str) -> float | None:
         moment = datetime.strptime(timestamp.strip(), "%a %Y-%m-%d %H:%M:%S.%f UTC")
     except ValueError:
         return None
-    return moment.replace(tzinfo=UTC).timestamp()
+    return moment.replace(tzinfo=timezone.utc).timestamp()
 
 
 def server_units(instances: Sequence[Mapping[str, Any]], reading: Mapping[str, Any]) -> Decision:

@@ -157,8 +157,11 @@ def test_deprecated_routes_warn_with_0_5_23s_words(server: Started) -> None:
 
 
 def test_zz_the_probes_while_draining_are_0_5_23s(server: Started) -> None:
-    """Last in the module (it stops the server): SIGTERM, then /health and /ready until the server is gone."""
+    """Last in the module (it stops the server): SIGTERM, then /health and /ready until the server is gone. Its log,
+    read once it is gone, holds the deprecated routes' warnings (asked here too: the test runs alone under -k)."""
     sim, _ = server
+    for path in ("/get_model_info", "/get_server_info"):
+        assert sim.get(path, headers=AUTH).status == 200
     sim.proc.send_signal(signal.SIGTERM)
     answers: list[int] = []
     deadline = time.monotonic() + 15

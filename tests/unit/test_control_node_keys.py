@@ -64,3 +64,28 @@ def test_keys_are_made_only_for_processes_that_run_and_removed_with_their_host(t
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
     assert "MADE gateway-gateway,routed" in ran.stdout
     assert list(keys.iterdir()) == []
+
+
+def test_a_deploy_that_removes_a_process_no_longer_wanted_removes_its_key_alone(tmp_path: Path) -> None:
+    """A deploy removes the routers no longer wanted (tasks/main.yml: sglang_router_remove_units): a router turned off
+    takes its key with it, the gateway's stays; then the gateway, no longer wanted, takes its own."""
+    keys = tmp_path / "keys"
+    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "hosts.yml").write_text(INVENTORY.replace("gateway: {}", "gateway: {router: true}"))
+
+    def run(units: str) -> str:
+        ran = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "hosts.yml", "play.yml", "-c", "local",
+             "-e", f"ansible_python_interpreter={sys.executable} sglang_router_admin_key_dir={keys}",
+             "-e", f'{{"sglang_router_remove_units": {units}}}'],
+            capture_output=True, text=True, check=False, cwd=tmp_path,
+            env={**os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"),
+                 "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections")},
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
+        return ran.stdout
+
+    assert "MADE gateway,gateway-gateway,routed" in run('["sglang-router.service"]')
+    assert sorted(path.name for path in keys.iterdir()) == ["gateway-gateway"]
+    assert "MADE gateway,gateway-gateway,routed" in run('["sglang-gateway.service"]')
+    assert sorted(path.name for path in keys.iterdir()) == ["gateway", "routed"]

@@ -316,3 +316,55 @@ def test_the_api_key_goes_to_no_instance_of_another_host_over_plain_http(
     assert squatter.headers() == []
     assert http_json(f"{squatter.url}/server_info") == {"workers": [], "version": "0.5.23"}
     assert squatter.headers() == [None]
+
+
+BENCH_CLIENT = ROOT / "playbooks/files/bench_client.py"
+
+
+def run_bench_client(url: str, key: str) -> subprocess.CompletedProcess[str]:
+    """As playbooks/bench.yml runs it on a host: the program on the command line, the key and then the collection's
+    listeners.py on standard input."""
+    listeners_source = (ROOT / "plugins/module_utils/listeners.py").read_text()
+    return subprocess.run(
+        [sys.executable, "-c", BENCH_CLIENT.read_text(), url, "1", "2", "4"],
+        input=f"{key}\n{listeners_source}",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_bench_sends_the_api_key_to_no_squatter_on_an_instance_port(squatter: Squatter) -> None:
+    """playbooks/bench.yml measures every instance with the servers' key: a stopped instance's port bound by a local
+    account gets no request with it, and the bench stops naming the port's holder."""
+    done = run_bench_client(squatter.url, KEY)
+    assert done.returncode != 0
+    assert f"{squatter.url}: no request sent with the API key: " in done.stderr
+    assert f"port {squatter.port} is held by PID {squatter.pid} (python" in done.stderr, done.stderr
+    assert KEY not in done.stderr + done.stdout
+    assert squatter.headers() == [], "the squatter received a request with the key"
+
+
+def test_the_bench_without_a_key_measures_anything_that_answers(squatter: Squatter) -> None:
+    """No key, nothing to protect: the squatter (whose answers carry no tokens) is asked, its failures counted."""
+    done = run_bench_client(squatter.url, "")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["results"][0]["failed"] == 2
+    assert squatter.headers() == [None, None, None]  # two requests, then /server_info
+
+
+def test_the_bench_sends_the_api_key_to_its_instance(monkeypatch: pytest.MonkeyPatch, squatter: Squatter) -> None:
+    """The same process, as the instance's unit, gets the key."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_client", BENCH_CLIENT)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    real = listeners.unit_of
+    unit = f"sglang-{squatter.port}.service"
+    monkeypatch.setattr(listeners, "unit_of", lambda pid, proc="/proc": unit if pid == squatter.pid else real(pid))
+    monkeypatch.setattr(bench, "listeners", listeners)
+    assert bench.call(squatter.url, "/server_info", None, KEY) == {"workers": [], "version": "0.5.23"}
+    assert squatter.headers() == [f"Bearer {KEY}"]
