@@ -40,6 +40,7 @@ GATEWAY = "http://127.0.0.1:30200"
 GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
 # The rollout's own tasks (roles/sglang_server/tasks/roll_waves.yml and the waves it includes).
 ROLLOUT_TASKS = ("roll_waves.yml", "roll_wave.yml")
+ROLL_TASK = "Roll this host's instances of the wave, verified, rolled back on failure"
 BUDGETS = ("1", "25%")
 SENT = re.compile(r"Total bytes sent: ([\d,.]+)")
 RECEIVED = re.compile(r"Total bytes received: ([\d,.]+)")
@@ -94,6 +95,35 @@ def rollout_seconds(run: Run) -> float:
     return max(times) - min(times) if times else 0.0
 
 
+def created(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["created"]).timestamp()
+
+
+def wave_profile(run: Run) -> tuple[int, float, float]:
+    """Where a rollout's time goes: its waves, their mean wall seconds (from a wave's task start to the next's; the
+    last to its last result) and of it the mean longest rollout module call (drain, restart, verify on the wave's hosts
+    side by side); the rest is Ansible's (the include and the task on every host of the run)."""
+    starts = [
+        (created(event), event["event_data"]["task_uuid"])
+        for event in run.events
+        if event.get("event") == "playbook_on_task_start" and event["event_data"].get("task") == ROLL_TASK
+    ]
+    if not starts:
+        return 0, 0.0, 0.0
+    walls, modules = [], []
+    for index, (start, uuid) in enumerate(starts):
+        own = [event for event in run.events if (event.get("event_data") or {}).get("task_uuid") == uuid]
+        ends = [created(event) for event in own]
+        walls.append((starts[index + 1][0] if index + 1 < len(starts) else max(ends)) - start)
+        modules.append(
+            max(
+                (float(event["event_data"].get("duration") or 0.0) for event in own if event.get("event") == "runner_on_ok"),
+                default=0.0,
+            )
+        )
+    return len(starts), sum(walls) / len(walls), sum(modules) / len(modules)
+
+
 def interfaces_tx(names: list[str]) -> int:
     return sum(int(line) for host in names for line in on_host(host, "sh", "-c", INTERFACES).split())
 
@@ -122,6 +152,7 @@ def main() -> None:
             changes[budget] = {
                 "wall": wall,
                 "rollout": rollout_seconds(run),
+                "waves": wave_profile(run),
                 "control": rsync_bytes(run, "Send the files the host lacks from the control node", SENT),
                 "peers": rsync_bytes(run, "Copy the files the host lacks from its peer", RECEIVED),
                 "interfaces": interfaces_tx(names) - tx,
@@ -135,11 +166,13 @@ def main() -> None:
             flush=True,
         )
         for budget, change in changes.items():
+            waves, wave_wall, wave_module = change["waves"]
             print(
                 f"      new revision, sglang_rollout_max_unavailable {budget:>3}: deploy {change['wall']:6.1f} s, of it the "
                 f"rollout {change['rollout']:6.1f} s; through the gateway {change['load']['failed']} of "
                 f"{change['load']['requests']} requests failed; model bytes: control node {change['control']:,} B, "
-                f"peers {change['peers']:,} B (hosts' interfaces sent {change['interfaces']:,} B)",
+                f"peers {change['peers']:,} B (hosts' interfaces sent {change['interfaces']:,} B); {waves} waves, each "
+                f"{wave_wall:.1f} s on average, of it the rollout module (drain, restart, verify) {wave_module:.1f} s",
                 flush=True,
             )
         print(
