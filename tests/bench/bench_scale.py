@@ -177,7 +177,9 @@ def main() -> None:
             )
         print(
             f"      25% vs 1: deploy {quarter['wall'] / one['wall']:.2f}, "
-            f"rollout {quarter['rollout'] / max(one['rollout'], 1e-9):.2f} (goal: at most 0.33)",
+            f"rollout {quarter['rollout'] / max(one['rollout'], 1e-9):.2f} (issue 41's goal for 12 hosts: at most 0.33; "
+            f"25% of {count} instances is {max(1, count * 25 // 100)} at a time: "
+            f"{one['waves'][0]} vs {quarter['waves'][0]} waves)",
             flush=True,
         )
     if len(rows) < 2:

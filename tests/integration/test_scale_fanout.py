@@ -71,3 +71,25 @@ def test_a_new_revision_leaves_the_control_node_once_and_the_second_host_copies_
         allowed_keys = on_host(host, "sh", "-c", "cat /root/.ssh/authorized_keys 2>/dev/null || true")
         assert KEY_COMMENT not in allowed_keys, host
         assert on_host(host, "sh", "-c", "ls -d /tmp/*.sglang-model-fanout 2>/dev/null || true") == "", host
+
+
+def test_a_host_that_would_send_without_rrsync_is_refused_by_preflight_and_nothing_changes(scale_pair: None) -> None:
+    revision = f"r{int(time.time())}"
+    subprocess.run([str(SCRIPT), "model", revision[1:]], check=True, cwd=ROOT)
+    before = {host: on_host(host, "sh", "-c", "readlink /srv/models/*/current").strip() for host in ("scale01", "scale02")}
+    on_host("scale01", "mv", "/usr/bin/rrsync", "/usr/bin/rrsync.away")
+    try:
+        run = run_playbook(
+            "deploy.yml", INVENTORY, {"scale_revision": revision, "sglang_model_seed_hosts": 1}, limit="scale01,scale02"
+        )
+    finally:
+        on_host("scale01", "mv", "/usr/bin/rrsync.away", "/usr/bin/rrsync")
+    assert run.rc != 0
+    messages = "\n".join(run.failure_messages())
+    # scale01, the seed, would send scale02 the revision; scale02 sends to nobody.
+    assert "scale01 host: sglang_model_seed_hosts=1: this host sends the model's revision to other hosts" in messages
+    assert "(its rsync package does not ship it); fix: install rrsync as /usr/bin/rrsync" in messages
+    assert "scale02 host: sglang_model_seed_hosts" not in messages
+    after = {host: on_host(host, "sh", "-c", "readlink /srv/models/*/current").strip() for host in ("scale01", "scale02")}
+    assert after == before, "nothing changed on either host"
+    assert on_host("scale01", "sh", "-c", f"ls -d /srv/models/*/{revision} 2>/dev/null || true") == ""
