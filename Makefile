@@ -68,7 +68,7 @@ sandbox-scale-down: ## Remove the scale rehearsal's hosts and their network
 	scripts/scale-hosts.sh stop
 
 bench-scale: venv docker ## For 2, 6 and 12 hosts: no-op deploy, rollouts of a new revision, the model's bytes (control node vs peers)
-	python tests/benchmarks/bench_scale.py
+	python tests/bench/bench_scale.py
 
 lint: venv ## ansible-lint (production profile), yamllint, ruff, mypy
 	yamllint --strict .

@@ -3,7 +3,9 @@ from and the name clients ask for."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
@@ -62,6 +64,62 @@ def sglang_model_problems(
             )
         )
     return lines
+
+
+# The fan-out's key is allowed on a sending host for this program only (tasks/peer_key.yml); rsync's own package ships
+# it there on Debian 12 and Ubuntu 24.04 (rsync 3.2.4 and later), not on Ubuntu 22.04.
+RRSYNC = "/usr/bin/rrsync"
+RSYNC = "/usr/bin/rsync"
+# The largest offset from UTC of any time zone (UTC+14): a time written without knowing the host's zone, moved by it, so
+# that the key never expires early.
+LARGEST_UTC_OFFSET = timedelta(hours=14)
+
+
+def sglang_model_sender_problems(host: str, hosts: Sequence[str], hostvars: Mapping[str, Any], seed_hosts: int) -> list[str]:
+    """Where `host` will send the revision to another host in this run's fan-out (the plan sglang_model_fanout makes
+    from every host's probe) and lacks rrsync, to which the run's key is restricted: a problem line naming it, unless
+    the host lacks rsync too and receives the revision first (the rsync package, installed before it sends, may bring
+    rrsync; the copy fails naming it where it does not). Its probe's read (`found`) says which of RRSYNC and RSYNC it
+    has."""
+    plan = sglang_model_fanout(hosts, hostvars, seed_hosts)
+    senders = {entry["source"] for entry in plan.values() if entry["source"] != "control" and not entry["shared"]}
+    if host not in senders:
+        return []
+    probe = hostvars[host].get("sglang_probe") or {}
+    found = (((probe.get("answers") or {}).get("sglang_model") or {}).get("read") or {}).get("found") or {}
+    if found.get(RRSYNC):
+        return []
+    if not found.get(RSYNC) and host in plan:
+        return []
+    return [
+        problem_line(
+            host,
+            "host",
+            "sglang_model_seed_hosts",
+            int(seed_hosts),
+            f"this host sends the model's revision to other hosts (the fan-out), and the run's key may run {RRSYNC} "
+            f"only, which the host lacks{' (its rsync package does not ship it)' if found.get(RSYNC) else ''}",
+            f"install rrsync as {RRSYNC} (rsync 3.2.4 and later ship it: Debian 12, Ubuntu 24.04; on Ubuntu 22.04 "
+            "copy it from /usr/share/doc/rsync/scripts/rrsync), or set sglang_model_seed_hosts: 0 (the control node "
+            "sends every host its files)",
+        )
+    ]
+
+
+def sglang_model_key_expiry(date_time: Mapping[str, Any], hours: float) -> str:
+    """The fan-out key's `expiry-time` (sshd's authorized_keys option): `hours` after the host's fact time
+    (`ansible_facts.date_time`: `epoch`, `tz_offset` as +HHMM), as YYYYMMDDHHMMSS in the host's own time zone, which sshd
+    reads it in: the form every sshd with the option reads (the `Z` suffix for UTC, in Debian 12's OpenSSH 9.2, came
+    later than the option). Without those facts: the control node's clock in UTC moved by LARGEST_UTC_OFFSET, so that
+    in any zone the key lasts at least `hours`."""
+    offset = str(date_time.get("tz_offset") or "")
+    if date_time.get("epoch") and len(offset) == 5 and offset[0] in "+-" and offset[1:].isdigit():
+        sign = -1 if offset[0] == "-" else 1
+        zone = timezone(sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[3:5])))
+        moment = datetime.fromtimestamp(float(date_time["epoch"]), zone) + timedelta(hours=float(hours))
+    else:
+        moment = datetime.fromtimestamp(time.time(), UTC) + timedelta(hours=float(hours)) + LARGEST_UTC_OFFSET
+    return moment.strftime("%Y%m%d%H%M%S")
 
 
 # Where a host's model root is on one of these, every host mounting the same export sees one copy.
@@ -212,7 +270,9 @@ class FilterModule:
             "sglang_model_dir": sglang_model_dir,
             "sglang_model_fanout": sglang_model_fanout,
             "sglang_model_fanout_part": sglang_model_fanout_part,
+            "sglang_model_key_expiry": sglang_model_key_expiry,
             "sglang_model_name": sglang_model_name,
             "sglang_model_problems": sglang_model_problems,
+            "sglang_model_sender_problems": sglang_model_sender_problems,
             "sglang_model_sha256": sglang_model_sha256,
         }

@@ -5,8 +5,10 @@ first 2, 6 and 12 hosts (`--limit 'sglang_servers[0:N-1]'`), in one run:
 - a no-op deploy: its wall time, and the control node's CPU seconds (ansible-playbook and every process it starts,
   the `docker exec` of each task included: this process's children, from getrusage) per host;
 - the rollout of a new model revision (a deploy of revision rK: the fan-out, then every instance restarted on it), with
-  the budget at 1 and at 25% of the hosts. This branch has no sglang_rollout_max_unavailable (issue 41, part A): the
-  budget is sglang_server_rollout_hosts, hosts restarted at a time (1, then ceil(N/4));
+  the capacity budget sglang_rollout_max_unavailable at 1 and at 25%, under load through the fleet gateway on scale01
+  (tests/fleet.load_through_router, 4 clients): the deploy's wall time, the rollout's own (its waves: from the plan of
+  the waves to the last wave's end, from the run's events), and the requests that failed. Every run has
+  `--forks` at least the hosts (ansible.cfg's 10 would run each task of 12 hosts in two batches);
 - the model's bytes for the budget-1 change: sent by the control node (rsync's own "Total bytes sent" of each
   synchronize from the control node's cache) and by peers (rsync's "Total bytes received" of each copy between
   hosts, and the hosts' network interfaces: bytes sent, loopback left out; the control node reaches the hosts
@@ -15,18 +17,18 @@ first 2, 6 and 12 hosts (`--limit 'sglang_servers[0:N-1]'`), in one run:
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import resource
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fleet import ROOT, Run, on_host, run_playbook
+from fleet import ROOT, Run, load_through_router, on_host, run_playbook
 
 INVENTORY = ROOT / "inventory/scale"
 SCRIPT = ROOT / "scripts/scale-hosts.sh"
@@ -34,6 +36,12 @@ SCRIPT = ROOT / "scripts/scale-hosts.sh"
 SIZES = tuple(int(size) for size in os.environ.get("BENCH_SCALE_SIZES", "2 6 12").split())
 INTERFACES = r"""for d in /sys/class/net/*; do n=${d##*/}; [ "$n" = lo ] && continue; cat $d/statistics/tx_bytes; done"""
 MEMORY = "ps -e -o rss= | awk '{s += $1} END {print s}'"
+GATEWAY = "http://127.0.0.1:30200"
+GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
+# The rollout's own tasks (roles/sglang_server/tasks/roll_waves.yml and the waves it includes).
+ROLLOUT_TASKS = ("roll_waves.yml", "roll_wave.yml")
+ROLL_TASK = "Roll this host's instances of the wave, verified, rolled back on failure"
+BUDGETS = ("1", "25%")
 SENT = re.compile(r"Total bytes sent: ([\d,.]+)")
 RECEIVED = re.compile(r"Total bytes received: ([\d,.]+)")
 
@@ -58,7 +66,9 @@ def children_cpu() -> float:
 def deploy(count: int, extravars: dict[str, Any] | None = None) -> tuple[Run, float, float]:
     """A deploy of the first `count` hosts: the run, its wall seconds and the control node's CPU seconds."""
     cpu, start = children_cpu(), time.monotonic()
-    run = run_playbook("deploy.yml", INVENTORY, extravars, limit=f"sglang_servers[0:{count - 1}]")
+    run = run_playbook(
+        "deploy.yml", INVENTORY, extravars, limit=f"sglang_servers[0:{count - 1}]", cmdline=f"--forks {max(count, 10)}"
+    )
     wall, cpu = time.monotonic() - start, children_cpu() - cpu
     if run.rc != 0:
         raise RuntimeError(f"deploy of {count} hosts: rc={run.rc}: {run.failure_messages()}")
@@ -73,6 +83,45 @@ def rsync_bytes(run: Run, task: str, pattern: re.Pattern[str]) -> int:
             text = str(res.get("msg", "")) + str(res.get("stdout", ""))
             total += sum(int(float(found.replace(",", ""))) for found in pattern.findall(text))
     return total
+
+
+def rollout_seconds(run: Run) -> float:
+    """The rollout's own wall time: from the first to the last event of its tasks (the waves' plan and the waves)."""
+    times = [
+        datetime.fromisoformat(event["created"]).timestamp()
+        for event in run.events
+        if str((event.get("event_data") or {}).get("task_path", "")).split(":")[0].endswith(ROLLOUT_TASKS)
+    ]
+    return max(times) - min(times) if times else 0.0
+
+
+def created(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["created"]).timestamp()
+
+
+def wave_profile(run: Run) -> tuple[int, float, float]:
+    """Where a rollout's time goes: its waves, their mean wall seconds (from a wave's task start to the next's; the
+    last to its last result) and of it the mean longest rollout module call (drain, restart, verify on the wave's hosts
+    side by side); the rest is Ansible's (the include and the task on every host of the run)."""
+    starts = [
+        (created(event), event["event_data"]["task_uuid"])
+        for event in run.events
+        if event.get("event") == "playbook_on_task_start" and event["event_data"].get("task") == ROLL_TASK
+    ]
+    if not starts:
+        return 0, 0.0, 0.0
+    walls, modules = [], []
+    for index, (start, uuid) in enumerate(starts):
+        own = [event for event in run.events if (event.get("event_data") or {}).get("task_uuid") == uuid]
+        ends = [created(event) for event in own]
+        walls.append((starts[index + 1][0] if index + 1 < len(starts) else max(ends)) - start)
+        modules.append(
+            max(
+                (float(event["event_data"].get("duration") or 0.0) for event in own if event.get("event") == "runner_on_ok"),
+                default=0.0,
+            )
+        )
+    return len(starts), sum(walls) / len(walls), sum(modules) / len(modules)
 
 
 def interfaces_tx(names: list[str]) -> int:
@@ -93,31 +142,49 @@ def main() -> None:
         names = hosts(count)
         deploy(count)  # Every host on the current revision and settings first.
         _, noop_wall, noop_cpu = deploy(count)
-        changes = {}
-        for budget in (1, math.ceil(count / 4)):
+        changes: dict[str, dict[str, Any]] = {}
+        for budget in BUDGETS:
             revision += 1
             subprocess.run([str(SCRIPT), "model", str(revision)], check=True, cwd=ROOT)
             tx = interfaces_tx(names)
-            run, wall, _ = deploy(count, {"scale_revision": f"r{revision}", "sglang_server_rollout_hosts": budget})
-            changes[budget] = (
-                wall,
-                rsync_bytes(run, "Send the files the host lacks from the control node", SENT),
-                rsync_bytes(run, "Copy the files the host lacks from its peer", RECEIVED),
-                interfaces_tx(names) - tx,
-            )
-        rows.append((count, noop_wall, noop_cpu, changes))
-        one, quarter = changes[1], changes[math.ceil(count / 4)]
+            with load_through_router(GATEWAY, host="scale01", keys_file=GATEWAY_KEYS) as load:
+                run, wall, _ = deploy(count, {"scale_revision": f"r{revision}", "sglang_rollout_max_unavailable": budget})
+            changes[budget] = {
+                "wall": wall,
+                "rollout": rollout_seconds(run),
+                "waves": wave_profile(run),
+                "control": rsync_bytes(run, "Send the files the host lacks from the control node", SENT),
+                "peers": rsync_bytes(run, "Copy the files the host lacks from its peer", RECEIVED),
+                "interfaces": interfaces_tx(names) - tx,
+                "load": load,
+            }
+        rows.append((count, changes))
+        one, quarter = changes["1"], changes["25%"]
         print(
             f"N={count:>2}: no-op deploy {noop_wall:6.1f} s wall, control node CPU {noop_cpu / count:5.2f} s/host "
-            f"({noop_cpu:.1f} s); new revision, budget 1: {one[0]:6.1f} s; budget 25% "
-            f"({math.ceil(count / 4)} host(s) at a time): {quarter[0]:6.1f} s; model bytes (budget-1 change): "
-            f"control node {one[1]:,} B, peers {one[2]:,} B (hosts' interfaces sent {one[3]:,} B)",
+            f"({noop_cpu:.1f} s, --forks {max(count, 10)})",
             flush=True,
         )
-    print("budget: sglang_server_rollout_hosts (hosts restarted at a time); sglang_rollout_max_unavailable is not on this branch")
-    control = [row[3][1][1] for row in rows]
+        for budget, change in changes.items():
+            waves, wave_wall, wave_module = change["waves"]
+            print(
+                f"      new revision, sglang_rollout_max_unavailable {budget:>3}: deploy {change['wall']:6.1f} s, of it the "
+                f"rollout {change['rollout']:6.1f} s; through the gateway {change['load']['failed']} of "
+                f"{change['load']['requests']} requests failed; model bytes: control node {change['control']:,} B, "
+                f"peers {change['peers']:,} B (hosts' interfaces sent {change['interfaces']:,} B); {waves} waves, each "
+                f"{wave_wall:.1f} s on average, of it the rollout module (drain, restart, verify) {wave_module:.1f} s",
+                flush=True,
+            )
+        print(
+            f"      25% vs 1: deploy {quarter['wall'] / one['wall']:.2f}, "
+            f"rollout {quarter['rollout'] / max(one['rollout'], 1e-9):.2f} (issue 41's goal for 12 hosts: at most 0.33; "
+            f"25% of {count} instances is {max(1, count * 25 // 100)} at a time: "
+            f"{one['waves'][0]} vs {quarter['waves'][0]} waves)",
+            flush=True,
+        )
     if len(rows) < 2:
         return
+    control = [row[1]["1"]["control"] for row in rows]
     print(
         f"control node's model bytes, N={rows[0][0]} vs N={rows[-1][0]}: {control[0]:,} vs {control[-1]:,} B "
         f"({(control[-1] - control[0]) / max(control[0], 1):+.1%})"

@@ -4,10 +4,17 @@ falls back to the control node; hosts on one network filesystem get one copy."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from ansible_collections.sglang.fleet.plugins.filter.sglang_model import sglang_model_fanout
+from ansible_collections.sglang.fleet.plugins.filter.sglang_model import (
+    RRSYNC,
+    RSYNC,
+    sglang_model_fanout,
+    sglang_model_key_expiry,
+    sglang_model_sender_problems,
+)
 
 LOCK = {"config.json": "a" * 64, "model.safetensors": "b" * 64}
 OTHER_LOCK = {"config.json": "c" * 64}
@@ -123,3 +130,60 @@ def test_a_host_no_longer_in_the_play_is_sent_nothing_but_a_holder_that_ended_it
     plan = sglang_model_fanout(list(hosts), hosts, 1, ["h00", "h02"])
     assert set(plan) == {"h00", "h02"}
     assert plan["h00"]["source"] == "old" and plan["h02"]["source"] == "old"
+
+
+def probed(variables: dict[str, Any], *found: str) -> dict[str, Any]:
+    """A host's variables with its probe's read of RRSYNC and RSYNC (the paths in `found` present)."""
+    model = variables["sglang_probe"]["answers"]["sglang_model"]
+    model["read"] = {"found": {path: [path] if path in found else [] for path in (RRSYNC, RSYNC)}}
+    return variables
+
+
+def test_a_host_that_will_send_without_rrsync_is_refused_naming_it_and_the_variable() -> None:
+    # h00 holds the revision and sends it to h01 (wave 0): the run's key may run rrsync only, which h00 lacks.
+    hosts = {"h00": probed(host(lacks=False), RSYNC), "h01": probed(host(), RSYNC)}
+    [line] = sglang_model_sender_problems("h00", list(hosts), hosts, 1)
+    assert line.startswith("h00 host: sglang_model_seed_hosts=1: this host sends the model's revision to other hosts")
+    assert "/usr/bin/rrsync only, which the host lacks (its rsync package does not ship it)" in line
+    assert "fix: install rrsync as /usr/bin/rrsync" in line and "sglang_model_seed_hosts: 0" in line
+    # The receiver sends to nobody: no problem there; with rrsync, none on the sender either.
+    assert sglang_model_sender_problems("h01", list(hosts), hosts, 1) == []
+    probed(hosts["h00"], RRSYNC, RSYNC)
+    assert sglang_model_sender_problems("h00", list(hosts), hosts, 1) == []
+
+
+def test_a_holder_lacking_rsync_and_rrsync_is_refused_but_a_receiver_that_installs_rsync_first_is_not() -> None:
+    # 4 hosts, none holds it: h00 gets it from the control node (wave 0) and sends to h01 (wave 1); h00 and h01 send in
+    # wave 2. Without rsync, each receives (and installs rsync) before it sends.
+    hosts = {name: probed(variables) for name, variables in fleet(4).items()}
+    assert [sglang_model_sender_problems(name, list(hosts), hosts, 1) for name in hosts] == [[], [], [], []]
+    # With rsync already there and no rrsync, installing rsync brings nothing: the senders are refused.
+    hosts = {name: probed(variables, RSYNC) for name, variables in fleet(4).items()}
+    assert [bool(sglang_model_sender_problems(name, list(hosts), hosts, 1)) for name in hosts] == [True, True, False, False]
+    # A host holding the revision without rsync receives nothing, so nothing installs it before it sends.
+    hosts = {"h00": probed(host(lacks=False)), "h01": probed(host())}
+    [line] = sglang_model_sender_problems("h00", list(hosts), hosts, 1)
+    assert "which the host lacks; fix:" in line
+
+
+def test_no_copies_between_hosts_means_no_host_needs_rrsync() -> None:
+    hosts = {"h00": probed(host(lacks=False)), "h01": probed(host())}
+    assert sglang_model_sender_problems("h00", list(hosts), hosts, 0) == []
+
+
+@pytest.mark.parametrize(
+    ("tz_offset", "expected"),
+    # 2026-12-05 14:00:00 UTC, plus 24 hours, in the host's own zone.
+    [("+0000", "20261206140000"), ("+0530", "20261206193000"), ("-0800", "20261206060000")],
+)
+def test_the_key_expires_hours_after_the_host_s_fact_time_written_in_its_own_zone(tz_offset: str, expected: str) -> None:
+    facts = {"epoch": str(int(datetime(2026, 12, 5, 14, tzinfo=UTC).timestamp())), "tz_offset": tz_offset}
+    assert sglang_model_key_expiry(facts, 24) == expected
+
+
+def test_without_the_host_s_facts_the_key_lasts_at_least_its_hours_in_any_zone() -> None:
+    before = datetime.now(UTC).replace(microsecond=0, tzinfo=None)
+    written = datetime.strptime(sglang_model_key_expiry({}, 2), "%Y%m%d%H%M%S")
+    # Read in the zone furthest ahead of UTC (UTC+14), the time is still 2 hours away at least.
+    assert written - timedelta(hours=14) >= before + timedelta(hours=2)
+    assert written <= before + timedelta(hours=16, seconds=5)
