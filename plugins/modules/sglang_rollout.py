@@ -191,7 +191,9 @@ restarted:
   returned: always
   type: dict
 failed_instance:
-  description: With C(nodes=start), the instance that failed to start or its verification (then C(reason), C(journal)).
+  description:
+    - The instance that failed to start, to become ready or its verification (then C(reason), C(journal)), in a failed
+      rollout or, with C(nodes=start), in a node's result (which does not fail: the next task decides).
   returned: when an instance failed
   type: str
 kept:
@@ -667,7 +669,8 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
             restore_all(host, later)
             return {
                 "restarted": done,
-                "failed": current["name"],
+                # Not `failed`: fail_json sets that key to true, and the instance's name would be lost.
+                "failed_instance": current["name"],
                 "failed_at": failed_at,
                 "reason": str(error),
                 "journal": journal,
@@ -981,11 +984,11 @@ def main() -> None:
     if params["nodes"] == "roll_back":
         module.exit_json(changed=True, restarted={}, rollback=roll_back_nodes(host, params["instances"], params))
     result = rollout(host, params["instances"], params)
-    if "failed" in result:
+    if "failed_instance" in result:
         rollback = "; ".join(f"{name}: {outcome}" for name, outcome in result["rollback"].items())
         module.fail_json(
             msg=(
-                f"Rollout stopped at {result['failed']}: {result['reason']}. Rollback: {rollback}. "
+                f"Rollout stopped at {result['failed_instance']}: {result['reason']}. Rollback: {rollback}. "
                 f"Not attempted: {', '.join(result['not_attempted']) or 'none'}. "
                 f"Journal of the failed start:\n{result['journal']}"
             ),

@@ -122,7 +122,7 @@ def test_the_rollout_loads_the_revision_without_a_restart_and_keeps_its_files(tm
     log: list[str] = []
     server = instance(tmp_path, unit(models / REV1), unit(models / REV2))
     result = module.rollout(host(log, FakeServer(log)), [server], PARAMS)
-    assert "failed" not in result, result
+    assert "failed_instance" not in result, result
     assert result["restarted"]["sglang-30000"]["in_place"] is True
     assert log == [f"update {REV2} as {REV2}", "daemon-reload", "settle sglang-30000"], "no restart"
     assert (tmp_path / "last-good" / "sglang-30000.service").read_text() == unit(models / REV2), "kept as verified"
@@ -132,7 +132,7 @@ def test_a_failed_verification_loads_the_previous_revision_back_without_a_restar
     log: list[str] = []
     server = instance(tmp_path, unit(models / REV1), unit(models / REV2))
     result = module.rollout(host(log, FakeServer(log, report="stale")), [server], PARAMS)
-    assert result["failed"] == "sglang-30000" and "weight_version 'stale'" in result["reason"]
+    assert result["failed_instance"] == "sglang-30000" and "weight_version 'stale'" in result["reason"]
     assert result["rollback"]["sglang-30000"].startswith(f"loaded back {models / REV1} in place")
     assert log == [f"update {REV2} as {REV2}", f"update {REV1} as {REV1}", "daemon-reload"], "no restart"
     assert (tmp_path / "sglang-30000.service").read_text() == unit(models / REV1), "the previous files restored"
@@ -142,7 +142,7 @@ def test_a_refused_update_keeps_the_previous_revision_and_its_files(tmp_path: Pa
     log: list[str] = []
     server = instance(tmp_path, unit(models / REV1), unit(models / REV2))
     result = module.rollout(host(log, FakeServer(log, refuse=True)), [server], PARAMS)
-    assert result["failed"] == "sglang-30000" and "refused" in result["rollback"]["sglang-30000"]
+    assert result["failed_instance"] == "sglang-30000" and "refused" in result["rollback"]["sglang-30000"]
     assert "restart" not in " ".join(log)
     assert (tmp_path / "sglang-30000.service").read_text() == unit(models / REV1)
 
