@@ -5,6 +5,7 @@ rolled to a new revision."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,12 @@ def listing(host: str, directory: str) -> str:
 def host_digests(host: str, directory: str) -> dict[str, str]:
     listing = on_host(host, "sh", "-c", f"cd {directory} && sha256sum -- * .gitattributes")
     return {name: digest for digest, name in (line.split(maxsplit=1) for line in listing.splitlines())}
+
+
+def model_info(host: str, port: int) -> dict[str, Any]:
+    """The instance's /model_info, asked inside the host (the sandbox's servers take no key)."""
+    script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=30).read().decode())"
+    return dict(json.loads(on_host(host, "python3", "-c", script, f"http://127.0.0.1:{port}/model_info")))
 
 
 def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_and_rolled(sandbox: Run, tmp_path: Path) -> None:
@@ -121,6 +128,25 @@ def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_an
         roll = next(data["res"] for data in rolled.results() if data["task"] == ROLL_TASK and data["host"] == "ct129")
         assert roll["restarted"]["sglang-30000"]["in_place"] is True
         assert roll["restarted"]["sglang-30000"]["weight_version"] == second
+
+        # Back to the first revision, with a verification it cannot pass: the operator wants an accept length above
+        # 2.0, and NEXTN with 2 draft tokens accepts 2 at most (the bonus token and the draft's one), so real SGLang
+        # fails it as the simulator does; no simulator switch. The update is applied in place, fails its
+        # verification, and the second revision is loaded back in place: same process, its weight_version and files
+        # back, and the deploy fails naming the host, the instance and why.
+        strict = {**settings(first), "sglang_server_min_accept_length": 2.0}
+        failed = run_playbook("deploy.yml", inventory=inventory, extravars=strict, limit="ct129")
+        assert failed.rc != 0
+        [failure] = [data for data in failed.results("runner_on_failed") if data["task"] == ROLL_TASK]
+        message = failure["res"]["msg"]
+        assert failure["host"] == "ct129" and failure["res"]["failed_instance"] == "sglang-30000", message
+        assert message.startswith("Rollout stopped at sglang-30000: sglang-30000: the in-place update to "), message
+        assert "avg_spec_accept_length" in message and "is not above 2.0" in message, message
+        assert f"loaded back {root}/{second} in place (weight_version {second})" in message, message
+        assert model_info("ct129", 30000)["weight_version"] == second
+        assert unit_property("ct129", "sglang-30000.service", "MainPID") == pid, "no process restart"
+        assert unit_starts("ct129") == before
+        assert f"{root}/{second}" in unit_property("ct129", "sglang-30000.service", "ExecStart")
     finally:
         restored = run_playbook("deploy.yml", limit="ct129")
         on_host("ct129", "rm", "-rf", f"{root}/{second}")
