@@ -64,6 +64,14 @@ options:
     type: list
     elements: dict
     default: []
+  planned:
+    description: >-
+      In check mode, the instance files this run would change (C(planned) of the sglang_instance_files action that
+      writes them), each with its content (null for a private file, the environment or key file): with them and the
+      model directories on the host the result tells which instances a real run would update in place. Ignored
+      otherwise.
+    type: dict
+    default: {}
   canary_seconds:
     description: >-
       With more than 0, each instance of this call is a canary: once verified and back in its routers, the rollout watches
@@ -193,7 +201,7 @@ restarted:
 failed_instance:
   description:
     - The instance that failed to start, to become ready or its verification (then C(reason), C(journal)), in a failed
-      rollout or, with C(nodes=start), in a node's result (which does not fail: the next task decides).
+      rollout or, with C(nodes=start), in a node's result (which does not fail; the next task decides).
   returned: when an instance failed
   type: str
 kept:
@@ -205,7 +213,19 @@ rollback:
   returned: when rolled back
   type: dict
 would_restart:
-  description: In check mode, the names of the instances a real run would restart (or update in place).
+  description: In check mode, the names of the instances a real run would restart.
+  returned: in check mode, without leave or stop
+  type: list
+would_update_in_place:
+  description: >-
+    In check mode, the names of the instances a real run would update in place (module_utils/in_place.py: a new
+    revision of the same model and layout, already on the host).
+  returned: in check mode, without leave or stop
+  type: list
+would_restart_or_update_in_place:
+  description: >-
+    In check mode, the names of the instances whose new revision is not on the host yet (the run sends it): a real run
+    updates them in place or restarts them, decided once the files are there.
   returned: in check mode, without leave or stop
   type: list
 would_leave:
@@ -897,6 +917,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "nodes": {"type": "str", "default": "", "choices": ["", "start", "keep", "roll_back"]},
     "batch": {"type": "int", "default": 1},
     "later": {"type": "list", "elements": "dict", "default": []},
+    "planned": {"type": "dict", "default": {}},
     "canary_seconds": {"type": "float", "default": 0.0},
     "canary_max_regression": {"type": "float", "default": 0.2},
     "canary_peers": {"type": "dict", "default": {}},
@@ -926,6 +947,21 @@ ARGUMENT_SPEC: dict[str, Any] = {
 }
 
 
+def check_mode_plans(params: dict[str, Any]) -> dict[str, Any]:
+    """What a real run would do with each instance, by in_place.check_mode_plan (instances across hosts restart on
+    every node: never in place), as the result's would_* lists and a diff line per instance."""
+    plans = {
+        instance["name"]: in_place.check_mode_plan(instance, params["planned"]) if not params["nodes"] else in_place.RESTART
+        for instance in params["instances"]
+    }
+    return {
+        "would_restart": [name for name, plan in plans.items() if plan == in_place.RESTART],
+        "would_update_in_place": [name for name, plan in plans.items() if plan == in_place.IN_PLACE],
+        "would_restart_or_update_in_place": [name for name, plan in plans.items() if plan == in_place.UNDECIDED],
+        **({"diff": {"prepared": "".join(f"{name}: {plan}\n" for name, plan in plans.items())}} if plans else {}),
+    }
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
@@ -940,7 +976,7 @@ def main() -> None:
             module.exit_json(changed=bool(names), left=[], would_leave=names)
         if params["stop"]:
             module.exit_json(changed=bool(names), stopped=[], would_stop=names)
-        module.exit_json(changed=bool(names), restarted={}, would_restart=names)
+        module.exit_json(changed=bool(names), restarted={}, **check_mode_plans(params))
     if params["halted"].strip():
         later = [*params["instances"], *params["later"]]
         restore_all(Host(), later)

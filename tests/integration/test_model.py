@@ -43,6 +43,13 @@ def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_an
     inventory = overlay_inventory(tmp_path)
     lock_file = inventory / "model-lock.yml"
 
+    def check_mode_plan(extravars: dict[str, Any]) -> dict[str, Any]:
+        """The rollout's answer to `--check --diff` on ct129; nothing changes."""
+        checked = run_playbook("deploy.yml", inventory=inventory, extravars=extravars, limit="ct129", cmdline="--check --diff")
+        assert checked.rc == 0, checked.failure_messages()
+        assert unit_property("ct129", "sglang-30000.service", "MainPID") == pid
+        return next(data["res"] for data in checked.results() if data["task"] == ROLL_TASK and data["host"] == "ct129")
+
     def settings(commit: str) -> dict[str, Any]:
         return {
             "sglang_model_path": "",
@@ -118,6 +125,12 @@ def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_an
         # in place (/update_weights_from_disk, issue 42): the unit now names it, the process is the same (MainPID),
         # and the rollout verified the revision as the weight_version the server reports.
         pid = unit_property("ct129", "sglang-30000.service", "MainPID")
+        # Check mode first: the new revision is not on the host yet (the run sends it), so it cannot say which.
+        plan = check_mode_plan(settings(second))
+        assert plan["would_restart_or_update_in_place"] == ["sglang-30000"] and not plan["would_restart"], plan
+        assert (
+            plan["diff"]["prepared"] == "sglang-30000: restart or update in place (decided after the model's files are fetched)\n"
+        )
         rolled = run_playbook("deploy.yml", inventory=inventory, extravars=settings(second), limit="ct129")
         assert rolled.rc == 0, rolled.failure_messages()
         assert f"{root}/{second}" in unit_property("ct129", "sglang-30000.service", "ExecStart")
@@ -135,6 +148,10 @@ def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_an
         # verification, and the second revision is loaded back in place: same process, its weight_version and files
         # back, and the deploy fails naming the host, the instance and why.
         strict = {**settings(first), "sglang_server_min_accept_length": 2.0}
+        # The first revision is still on the host: check mode says what the run does.
+        plan = check_mode_plan(strict)
+        assert plan["would_update_in_place"] == ["sglang-30000"] and not plan["would_restart"], plan
+        assert plan["diff"]["prepared"] == "sglang-30000: update in place\n"
         failed = run_playbook("deploy.yml", inventory=inventory, extravars=strict, limit="ct129")
         assert failed.rc != 0
         [failure] = [data for data in failed.results("runner_on_failed") if data["task"] == ROLL_TASK]

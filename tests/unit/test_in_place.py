@@ -54,8 +54,9 @@ def test_a_new_revision_of_the_same_layout_is_applied_in_place(tmp_path: Path, m
 
 @pytest.mark.parametrize(
     "why",
-    ["another flag", "the environment", "a shard cut short", "another model", "the same revision", "another tokenizer"],
-)
+    ["another flag", "the environment", "a shard cut short", "another model", "the same revision", "another tokenizer",
+     "another unit setting"],
+)  # fmt: skip
 def test_anything_else_restarts(tmp_path: Path, models: Path, why: str) -> None:
     old, new, env = unit(models / REV1), unit(models / REV2), "A=1\n"
     if why == "another flag":
@@ -69,6 +70,8 @@ def test_anything_else_restarts(tmp_path: Path, models: Path, why: str) -> None:
         shutil.copytree(models / REV2, other, dirs_exist_ok=True)
         (other / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
         new = unit(other)
+    elif why == "another unit setting":  # a limit or sandbox setting takes effect only at a start
+        new = unit(models / REV2) + "MemoryMax=8G\n"
     elif why == "another model":
         other = models.parent / "other--model" / REV2
         shutil.copytree(models / REV2, other, dirs_exist_ok=True)
@@ -76,6 +79,46 @@ def test_anything_else_restarts(tmp_path: Path, models: Path, why: str) -> None:
     else:
         new = old
     assert in_place.in_place_revision(instance(tmp_path, old, new, env_new=env)) is None, why
+
+
+def test_check_mode_tells_the_update_in_place_from_the_files_the_run_would_write(tmp_path: Path, models: Path) -> None:
+    """Nothing is written in check mode: the unit on disk still names the running revision, `planned` the new one."""
+    running = unit(models / REV1)
+    server = instance(tmp_path, running, running)
+    unit_path = server["files"]["unit"]
+    assert in_place.check_mode_plan(server, {unit_path: unit(models / REV2)}) == in_place.IN_PLACE
+    assert in_place.check_mode_plan(server, {unit_path: unit(models / REV2, "--mem-fraction-static", "0.8")}) == "restart"
+    # The environment file changes too (a private file: its content is not given, only that it changes).
+    changed_env = {unit_path: unit(models / REV2), server["files"]["environment"]: None}
+    assert in_place.check_mode_plan(server, changed_env) == "restart"
+    # The new revision is not on the host yet (the run sends it), or one of its shards is cut short (sent again).
+    assert in_place.check_mode_plan(server, {unit_path: unit(models / "not-sent-yet")}) == (
+        "restart or update in place (decided after the model's files are fetched)"
+    )
+    assert in_place.check_mode_plan(server, {unit_path: unit(models / "broken")}) == in_place.UNDECIDED
+    # Whole, of another layout: a restart.
+    other = models / "reshaped"
+    shutil.copytree(models / REV2, other, dirs_exist_ok=True)
+    (other / "config.json").write_text('{"architectures": ["Other"]}')
+    assert in_place.check_mode_plan(server, {unit_path: unit(other)}) == "restart"
+
+
+def test_the_modules_check_mode_says_update_in_place_per_instance(tmp_path: Path, models: Path) -> None:
+    running = unit(models / REV1)
+    server = instance(tmp_path, running, running)
+    planned = {server["files"]["unit"]: unit(models / REV2)}
+    params = {"instances": [server], "planned": planned, "nodes": ""}
+    assert module.check_mode_plans(params) == {
+        "would_restart": [],
+        "would_update_in_place": ["sglang-30000"],
+        "would_restart_or_update_in_place": [],
+        "diff": {"prepared": "sglang-30000: update in place\n"},
+    }
+    across_hosts = module.check_mode_plans({**params, "nodes": "start"})
+    assert across_hosts["would_restart"] == ["sglang-30000"] and across_hosts["diff"]["prepared"] == "sglang-30000: restart\n"
+    assert module.check_mode_plans({**params, "instances": []}) == {
+        "would_restart": [], "would_update_in_place": [], "would_restart_or_update_in_place": []
+    }  # fmt: skip
 
 
 class FakeServer:
