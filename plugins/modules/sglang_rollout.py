@@ -473,6 +473,9 @@ def load_back(host: Host, instance: dict[str, Any], url: str, change: dict[str, 
     previous = change["from"].rstrip("/").rsplit("/", 1)[-1]
     try:
         host.get_json(f"{url}/update_weights_from_disk", {"model_path": change["from"], "weight_version": previous})
+        reported = (host.get_json(f"{url}/model_info") or {}).get("weight_version")
+        if reported != previous:
+            raise RolloutError(f"/model_info reports weight_version {reported!r}, expected {previous!r}")
         restore(instance)
         host.systemctl("daemon-reload")
         rejoin_routers(host, instance)

@@ -123,10 +123,11 @@ def test_the_modules_check_mode_says_update_in_place_per_instance(tmp_path: Path
 
 class FakeServer:
     """/update_weights_from_disk, /model_info, /server_info and /generate as SGLang answers them; `report` is the
-    weight_version /model_info reports after an update (None: the one asked for)."""
+    weight_version /model_info reports after an update (None: the one asked for), `report_back` after the next one."""
 
-    def __init__(self, log: list[str], report: str | None = None, refuse: bool = False) -> None:
+    def __init__(self, log: list[str], report: str | None = None, refuse: bool = False, report_back: str | None = None) -> None:
         self.log, self.report, self.refuse, self.version = log, report, refuse, "default"
+        self.reports = [report, report_back]
 
     def __call__(self, url: str, payload: dict[str, Any] | None = None, **_: Any) -> Any:
         path = url.split("30000", 1)[1]
@@ -135,7 +136,7 @@ class FakeServer:
             self.log.append(f"update {Path(payload['model_path']).name} as {payload['weight_version']}")
             if self.refuse:
                 raise OSError("HTTP Error 400: Bad Request")
-            self.version = self.report or payload["weight_version"]
+            self.version = (self.reports.pop(0) if self.reports else None) or payload["weight_version"]
             return {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
         if path == "/model_info":
             return {"weight_version": self.version}
@@ -178,6 +179,19 @@ def test_a_failed_verification_loads_the_previous_revision_back_without_a_restar
     assert result["failed_instance"] == "sglang-30000" and "weight_version 'stale'" in result["reason"]
     assert result["rollback"]["sglang-30000"].startswith(f"loaded back {models / REV1} in place")
     assert log == [f"update {REV2} as {REV2}", f"update {REV1} as {REV1}", "daemon-reload"], "no restart"
+    assert (tmp_path / "sglang-30000.service").read_text() == unit(models / REV1), "the previous files restored"
+
+
+def test_a_previous_revision_that_does_not_come_back_as_asked_is_restarted_on_its_files(tmp_path: Path, models: Path) -> None:
+    """Loaded back, the server must report the previous revision's weight_version (another client may have loaded other
+    weights meanwhile); else the rollback restarts it on its restored files."""
+    log: list[str] = []
+    server = instance(tmp_path, unit(models / REV1), unit(models / REV2))
+    result = module.rollout(host(log, FakeServer(log, report="stale", report_back="other")), [server], PARAMS)
+    assert result["failed_instance"] == "sglang-30000"
+    assert result["rollback"]["sglang-30000"].endswith("the previous configuration is serving again"), result["rollback"]
+    assert log[:2] == [f"update {REV2} as {REV2}", f"update {REV1} as {REV1}"]
+    assert "restart sglang-30000.service" in log
     assert (tmp_path / "sglang-30000.service").read_text() == unit(models / REV1), "the previous files restored"
 
 
