@@ -17,6 +17,10 @@ description:
     unit, environment file and key file (the copies its C(files.last_good) names), restarts it, confirms it is ready
     again, puts it back into the router, stops the rollout (later instances are not touched) and fails with the reason and the
     journal tail of the failed start.
+  - An instance whose new files differ from its last verified ones only in a revision of the same model and layout
+    (module_utils/in_place.py) is not restarted - its new weights are loaded with C(/update_weights_from_disk) and
+    verified the same way; on failure the previous revision is loaded back (or, failing that, restored and restarted).
+    Check mode tells such instances apart (C(would_update_in_place)).
   - With C(stop=true) it only stops the instances (each taken out of the router and drained first); a reshape
     stops the instances it displaces before any instance restarts on their GPUs.
 options:
