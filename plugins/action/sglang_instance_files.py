@@ -144,6 +144,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         )
         result.update(module_result)
         result["changed_instances"] = changed_instances(module_result, owner_of)
+        if self._task.check_mode:
+            result["planned"] = planned(module_result, files, owner_of)
         for name, answer in (module_result.get("answers") or {}).items():
             answer["changed_instances"] = changed_instances(answer, collected[name][1])
             if not self._task.diff:
@@ -170,6 +172,14 @@ def decide(result: dict[str, Any], requests: dict[str, Any]) -> None:
 def changed_instances(answer: dict[str, Any], owner_of: dict[str, str]) -> list[str]:
     """The instances (by name) any of whose files the module found different."""
     return sorted({owner_of[path] for path in answer.get("changed_paths") or [] if path in owner_of})
+
+
+def planned(answer: dict[str, Any], files: list[dict[str, Any]], owner_of: dict[str, str]) -> dict[str, str | None]:
+    """In check mode, each instance file the module found different, with the content a real run writes (None for a
+    private one: its content never leaves the action): sglang_rollout tells from them which instances it would update
+    in place."""
+    changed = set(answer.get("changed_paths") or [])
+    return {spec["path"]: spec.get("content") for spec in files if spec["path"] in changed and spec["path"] in owner_of}
 
 
 def private_router(router: dict[str, Any], private_contents: list[str]) -> dict[str, Any]:

@@ -6,7 +6,8 @@ when everything else stays as it is:
 * the new unit's command line differs from the last verified one only in the values of --model-path and of
   --speculative-draft-model-path / --tokenizer-path where they named the same directory: another revision directory
   (`<root>/<org>--<name>/<revision>`) of the same repository;
-* the environment file and the key file are byte for byte the last verified ones;
+* the unit's other lines, the environment file and the key file are byte for byte the last verified ones (a changed
+  limit or sandbox setting takes effect only at a start);
 * the new revision's config.json is the old one's (architecture, shapes, MTP layers), and its safetensors shards hold
   the same tensors with the same shapes and dtypes (so the parallel layout and the speculative setup are unchanged);
 * every other file of the revision (tokenizer, chat template, generation_config.json, ...) is byte for byte the old
@@ -134,23 +135,64 @@ def _read(path: str) -> bytes | None:
         return None
 
 
+# What a real run does with an instance, as check mode says it (check_mode_plan).
+IN_PLACE = "update in place"
+RESTART = "restart"
+UNDECIDED = "restart or update in place (decided after the model's files are fetched)"
+
+
+def without_exec_start(unit_text: str) -> list[str]:
+    """The unit's lines but its ExecStart= line: what must stay the same for an update in place (a changed sandbox
+    setting or limit takes effect only at a start)."""
+    return [line for line in unit_text.splitlines() if not line.startswith("ExecStart=")]
+
+
+def revision_candidate(instance: Mapping[str, Any], planned: Mapping[str, str | None] | None = None) -> tuple[str, str] | None:
+    """(old model directory, new one) when the instance's new files differ from its last verified ones only in the
+    model's revision directory (the unit's ExecStart=), None when they call for a restart. The new files are those on
+    disk (written by this run), or in check mode, where nothing is written, `planned`: each file the run would
+    change, with its content (None: a private file, the environment or key file, whose change restarts)."""
+    planned = planned or {}
+    texts: list[tuple[bytes | None, bytes | None]] = []
+    for current, last_good in instance["files"]["last_good"]:
+        if current in planned and planned[current] is None:
+            return None
+        new = str(planned[current]).encode() if current in planned else _read(current)
+        texts.append((new, _read(last_good)))
+    (new_unit, old_unit), others = texts[0], texts[1:]
+    if new_unit is None or old_unit is None or any(new != old for new, old in others):
+        return None
+    new_text, old_text = new_unit.decode(), old_unit.decode()
+    if without_exec_start(new_text) != without_exec_start(old_text):
+        return None
+    return revision_change(exec_start(old_text) or [], exec_start(new_text) or [])
+
+
 def in_place_revision(instance: Mapping[str, Any]) -> dict[str, str] | None:
     """{'from': old dir, 'to': new dir, 'weight_version': the new revision} when the instance's new files (written,
     not yet running) differ from its last verified ones only in a revision of the same model whose layout is the
     same (the module's docstring); None when it must restart."""
-    pairs = instance["files"]["last_good"]
-    unit, unit_good = pairs[0]
-    new_text, old_text = _read(unit), _read(unit_good)
-    if new_text is None or old_text is None:
-        return None
-    for current, last_good in pairs[1:]:
-        if _read(current) != _read(last_good):
-            return None
-    new_argv, old_argv = exec_start(new_text.decode()), exec_start(old_text.decode())
-    change = revision_change(old_argv or [], new_argv or [])
+    change = revision_candidate(instance)
     if change is None:
         return None
     old_layout, new_layout = model_layout(change[0]), model_layout(change[1])
     if old_layout is None or new_layout is None or old_layout != new_layout:
         return None
     return {"from": change[0], "to": change[1], "weight_version": os.path.basename(change[1].rstrip("/"))}
+
+
+def check_mode_plan(instance: Mapping[str, Any], planned: Mapping[str, str | None]) -> str:
+    """What a real run would do with the instance (IN_PLACE, RESTART or UNDECIDED), told in check mode from the files
+    it would write (`planned`, revision_candidate) and the model directories on the host. The new revision's files
+    are sent by the run itself: while its directory is missing, or a file of it is missing or cut short (the run
+    sends it again), the answer waits for them (UNDECIDED)."""
+    change = revision_candidate(instance, planned)
+    if change is None:
+        return RESTART
+    old_layout = model_layout(change[0])
+    if old_layout is None:
+        return RESTART  # as in_place_revision: the running revision's own files are not whole
+    new_layout = model_layout(change[1]) if os.path.isdir(change[1]) else None
+    if new_layout is None:
+        return UNDECIDED
+    return IN_PLACE if new_layout == old_layout else RESTART

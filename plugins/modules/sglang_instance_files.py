@@ -70,6 +70,12 @@ changed_paths:
   description: The files whose content, owner, group or mode differed (and were set, outside check mode).
   returned: always
   type: list
+planned:
+  description: >-
+    In check mode (added by the action), each instance file in C(changed_paths) with the content a real run would
+    write; null for a private one (its content is never returned). sglang_rollout's C(planned) option.
+  returned: in check mode
+  type: dict
 read:
   description: With I(read), what module sglang_installed returns for those options.
   returned: when I(read) is given

@@ -17,6 +17,10 @@ description:
     unit, environment file and key file (the copies its C(files.last_good) names), restarts it, confirms it is ready
     again, puts it back into the router, stops the rollout (later instances are not touched) and fails with the reason and the
     journal tail of the failed start.
+  - An instance whose new files differ from its last verified ones only in a revision of the same model and layout
+    (module_utils/in_place.py) is not restarted - its new weights are loaded with C(/update_weights_from_disk) and
+    verified the same way; on failure the previous revision is loaded back (or, failing that, restored and restarted).
+    Check mode tells such instances apart (C(would_update_in_place)).
   - With C(stop=true) it only stops the instances (each taken out of the router and drained first); a reshape
     stops the instances it displaces before any instance restarts on their GPUs.
 options:
@@ -64,6 +68,14 @@ options:
     type: list
     elements: dict
     default: []
+  planned:
+    description: >-
+      In check mode, the instance files this run would change (C(planned) of the sglang_instance_files action that
+      writes them), each with its content (null for a private file, the environment or key file): with them and the
+      model directories on the host the result tells which instances a real run would update in place. Ignored
+      otherwise.
+    type: dict
+    default: {}
   canary_seconds:
     description: >-
       With more than 0, each instance of this call is a canary: once verified and back in its routers, the rollout watches
@@ -191,7 +203,9 @@ restarted:
   returned: always
   type: dict
 failed_instance:
-  description: With C(nodes=start), the instance that failed to start or its verification (then C(reason), C(journal)).
+  description:
+    - The instance that failed to start, to become ready or its verification (then C(reason), C(journal)), in a failed
+      rollout or, with C(nodes=start), in a node's result (which does not fail; the next task decides).
   returned: when an instance failed
   type: str
 kept:
@@ -203,7 +217,19 @@ rollback:
   returned: when rolled back
   type: dict
 would_restart:
-  description: In check mode, the names of the instances a real run would restart (or update in place).
+  description: In check mode, the names of the instances a real run would restart.
+  returned: in check mode, without leave or stop
+  type: list
+would_update_in_place:
+  description: >-
+    In check mode, the names of the instances a real run would update in place (module_utils/in_place.py: a new
+    revision of the same model and layout, already on the host).
+  returned: in check mode, without leave or stop
+  type: list
+would_restart_or_update_in_place:
+  description: >-
+    In check mode, the names of the instances whose new revision is not on the host yet (the run sends it): a real run
+    updates them in place or restarts them, decided once the files are there.
   returned: in check mode, without leave or stop
   type: list
 would_leave:
@@ -451,6 +477,9 @@ def load_back(host: Host, instance: dict[str, Any], url: str, change: dict[str, 
     previous = change["from"].rstrip("/").rsplit("/", 1)[-1]
     try:
         host.get_json(f"{url}/update_weights_from_disk", {"model_path": change["from"], "weight_version": previous})
+        reported = (host.get_json(f"{url}/model_info") or {}).get("weight_version")
+        if reported != previous:
+            raise RolloutError(f"/model_info reports weight_version {reported!r}, expected {previous!r}")
         restore(instance)
         host.systemctl("daemon-reload")
         rejoin_routers(host, instance)
@@ -667,7 +696,8 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
             restore_all(host, later)
             return {
                 "restarted": done,
-                "failed": current["name"],
+                # Not `failed`: fail_json sets that key to true, and the instance's name would be lost.
+                "failed_instance": current["name"],
                 "failed_at": failed_at,
                 "reason": str(error),
                 "journal": journal,
@@ -894,6 +924,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "nodes": {"type": "str", "default": "", "choices": ["", "start", "keep", "roll_back"]},
     "batch": {"type": "int", "default": 1},
     "later": {"type": "list", "elements": "dict", "default": []},
+    "planned": {"type": "dict", "default": {}},
     "canary_seconds": {"type": "float", "default": 0.0},
     "canary_max_regression": {"type": "float", "default": 0.2},
     "canary_peers": {"type": "dict", "default": {}},
@@ -923,6 +954,21 @@ ARGUMENT_SPEC: dict[str, Any] = {
 }
 
 
+def check_mode_plans(params: dict[str, Any]) -> dict[str, Any]:
+    """What a real run would do with each instance, by in_place.check_mode_plan (instances across hosts restart on
+    every node: never in place), as the result's would_* lists and a diff line per instance."""
+    plans = {
+        instance["name"]: in_place.check_mode_plan(instance, params["planned"]) if not params["nodes"] else in_place.RESTART
+        for instance in params["instances"]
+    }
+    return {
+        "would_restart": [name for name, plan in plans.items() if plan == in_place.RESTART],
+        "would_update_in_place": [name for name, plan in plans.items() if plan == in_place.IN_PLACE],
+        "would_restart_or_update_in_place": [name for name, plan in plans.items() if plan == in_place.UNDECIDED],
+        **({"diff": {"prepared": "".join(f"{name}: {plan}\n" for name, plan in plans.items())}} if plans else {}),
+    }
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
@@ -937,7 +983,7 @@ def main() -> None:
             module.exit_json(changed=bool(names), left=[], would_leave=names)
         if params["stop"]:
             module.exit_json(changed=bool(names), stopped=[], would_stop=names)
-        module.exit_json(changed=bool(names), restarted={}, would_restart=names)
+        module.exit_json(changed=bool(names), restarted={}, **check_mode_plans(params))
     if params["halted"].strip():
         later = [*params["instances"], *params["later"]]
         restore_all(Host(), later)
@@ -981,11 +1027,11 @@ def main() -> None:
     if params["nodes"] == "roll_back":
         module.exit_json(changed=True, restarted={}, rollback=roll_back_nodes(host, params["instances"], params))
     result = rollout(host, params["instances"], params)
-    if "failed" in result:
+    if "failed_instance" in result:
         rollback = "; ".join(f"{name}: {outcome}" for name, outcome in result["rollback"].items())
         module.fail_json(
             msg=(
-                f"Rollout stopped at {result['failed']}: {result['reason']}. Rollback: {rollback}. "
+                f"Rollout stopped at {result['failed_instance']}: {result['reason']}. Rollback: {rollback}. "
                 f"Not attempted: {', '.join(result['not_attempted']) or 'none'}. "
                 f"Journal of the failed start:\n{result['journal']}"
             ),

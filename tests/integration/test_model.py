@@ -5,6 +5,7 @@ rolled to a new revision."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,25 @@ def host_digests(host: str, directory: str) -> dict[str, str]:
     return {name: digest for digest, name in (line.split(maxsplit=1) for line in listing.splitlines())}
 
 
+def model_info(host: str, port: int) -> dict[str, Any]:
+    """The instance's /model_info, asked inside the host (the sandbox's servers take no key)."""
+    script = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=30).read().decode())"
+    return dict(json.loads(on_host(host, "python3", "-c", script, f"http://127.0.0.1:{port}/model_info")))
+
+
 def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_and_rolled(sandbox: Run, tmp_path: Path) -> None:
     mirror = start_mirror()
     first, second = mirror.commits
     cache = tmp_path / "cache"
     inventory = overlay_inventory(tmp_path)
     lock_file = inventory / "model-lock.yml"
+
+    def check_mode_plan(extravars: dict[str, Any]) -> dict[str, Any]:
+        """The rollout's answer to `--check --diff` on ct129; nothing changes."""
+        checked = run_playbook("deploy.yml", inventory=inventory, extravars=extravars, limit="ct129", cmdline="--check --diff")
+        assert checked.rc == 0, checked.failure_messages()
+        assert unit_property("ct129", "sglang-30000.service", "MainPID") == pid
+        return next(data["res"] for data in checked.results() if data["task"] == ROLL_TASK and data["host"] == "ct129")
 
     def settings(commit: str) -> dict[str, Any]:
         return {
@@ -111,6 +125,12 @@ def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_an
         # in place (/update_weights_from_disk, issue 42): the unit now names it, the process is the same (MainPID),
         # and the rollout verified the revision as the weight_version the server reports.
         pid = unit_property("ct129", "sglang-30000.service", "MainPID")
+        # Check mode first: the new revision is not on the host yet (the run sends it), so it cannot say which.
+        plan = check_mode_plan(settings(second))
+        assert plan["would_restart_or_update_in_place"] == ["sglang-30000"] and not plan["would_restart"], plan
+        assert (
+            plan["diff"]["prepared"] == "sglang-30000: restart or update in place (decided after the model's files are fetched)\n"
+        )
         rolled = run_playbook("deploy.yml", inventory=inventory, extravars=settings(second), limit="ct129")
         assert rolled.rc == 0, rolled.failure_messages()
         assert f"{root}/{second}" in unit_property("ct129", "sglang-30000.service", "ExecStart")
@@ -121,6 +141,29 @@ def test_a_model_from_the_mirror_is_fetched_once_sent_verified_mended_refused_an
         roll = next(data["res"] for data in rolled.results() if data["task"] == ROLL_TASK and data["host"] == "ct129")
         assert roll["restarted"]["sglang-30000"]["in_place"] is True
         assert roll["restarted"]["sglang-30000"]["weight_version"] == second
+
+        # Back to the first revision, with a verification it cannot pass: the operator wants an accept length above
+        # 2.0, and NEXTN with 2 draft tokens accepts 2 at most (the bonus token and the draft's one), so real SGLang
+        # fails it as the simulator does; no simulator switch. The update is applied in place, fails its
+        # verification, and the second revision is loaded back in place: same process, its weight_version and files
+        # back, and the deploy fails naming the host, the instance and why.
+        strict = {**settings(first), "sglang_server_min_accept_length": 2.0}
+        # The first revision is still on the host: check mode says what the run does.
+        plan = check_mode_plan(strict)
+        assert plan["would_update_in_place"] == ["sglang-30000"] and not plan["would_restart"], plan
+        assert plan["diff"]["prepared"] == "sglang-30000: update in place\n"
+        failed = run_playbook("deploy.yml", inventory=inventory, extravars=strict, limit="ct129")
+        assert failed.rc != 0
+        [failure] = [data for data in failed.results("runner_on_failed") if data["task"] == ROLL_TASK]
+        message = failure["res"]["msg"]
+        assert failure["host"] == "ct129" and failure["res"]["failed_instance"] == "sglang-30000", message
+        assert message.startswith("Rollout stopped at sglang-30000: sglang-30000: the in-place update to "), message
+        assert "avg_spec_accept_length" in message and "is not above 2.0" in message, message
+        assert f"loaded back {root}/{second} in place (weight_version {second})" in message, message
+        assert model_info("ct129", 30000)["weight_version"] == second
+        assert unit_property("ct129", "sglang-30000.service", "MainPID") == pid, "no process restart"
+        assert unit_starts("ct129") == before
+        assert f"{root}/{second}" in unit_property("ct129", "sglang-30000.service", "ExecStart")
     finally:
         restored = run_playbook("deploy.yml", limit="ct129")
         on_host("ct129", "rm", "-rf", f"{root}/{second}")

@@ -54,8 +54,9 @@ def test_a_new_revision_of_the_same_layout_is_applied_in_place(tmp_path: Path, m
 
 @pytest.mark.parametrize(
     "why",
-    ["another flag", "the environment", "a shard cut short", "another model", "the same revision", "another tokenizer"],
-)
+    ["another flag", "the environment", "a shard cut short", "another model", "the same revision", "another tokenizer",
+     "another unit setting"],
+)  # fmt: skip
 def test_anything_else_restarts(tmp_path: Path, models: Path, why: str) -> None:
     old, new, env = unit(models / REV1), unit(models / REV2), "A=1\n"
     if why == "another flag":
@@ -69,6 +70,8 @@ def test_anything_else_restarts(tmp_path: Path, models: Path, why: str) -> None:
         shutil.copytree(models / REV2, other, dirs_exist_ok=True)
         (other / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
         new = unit(other)
+    elif why == "another unit setting":  # a limit or sandbox setting takes effect only at a start
+        new = unit(models / REV2) + "MemoryMax=8G\n"
     elif why == "another model":
         other = models.parent / "other--model" / REV2
         shutil.copytree(models / REV2, other, dirs_exist_ok=True)
@@ -78,12 +81,53 @@ def test_anything_else_restarts(tmp_path: Path, models: Path, why: str) -> None:
     assert in_place.in_place_revision(instance(tmp_path, old, new, env_new=env)) is None, why
 
 
+def test_check_mode_tells_the_update_in_place_from_the_files_the_run_would_write(tmp_path: Path, models: Path) -> None:
+    """Nothing is written in check mode: the unit on disk still names the running revision, `planned` the new one."""
+    running = unit(models / REV1)
+    server = instance(tmp_path, running, running)
+    unit_path = server["files"]["unit"]
+    assert in_place.check_mode_plan(server, {unit_path: unit(models / REV2)}) == in_place.IN_PLACE
+    assert in_place.check_mode_plan(server, {unit_path: unit(models / REV2, "--mem-fraction-static", "0.8")}) == "restart"
+    # The environment file changes too (a private file: its content is not given, only that it changes).
+    changed_env = {unit_path: unit(models / REV2), server["files"]["environment"]: None}
+    assert in_place.check_mode_plan(server, changed_env) == "restart"
+    # The new revision is not on the host yet (the run sends it), or one of its shards is cut short (sent again).
+    assert in_place.check_mode_plan(server, {unit_path: unit(models / "not-sent-yet")}) == (
+        "restart or update in place (decided after the model's files are fetched)"
+    )
+    assert in_place.check_mode_plan(server, {unit_path: unit(models / "broken")}) == in_place.UNDECIDED
+    # Whole, of another layout: a restart.
+    other = models / "reshaped"
+    shutil.copytree(models / REV2, other, dirs_exist_ok=True)
+    (other / "config.json").write_text('{"architectures": ["Other"]}')
+    assert in_place.check_mode_plan(server, {unit_path: unit(other)}) == "restart"
+
+
+def test_the_modules_check_mode_says_update_in_place_per_instance(tmp_path: Path, models: Path) -> None:
+    running = unit(models / REV1)
+    server = instance(tmp_path, running, running)
+    planned = {server["files"]["unit"]: unit(models / REV2)}
+    params = {"instances": [server], "planned": planned, "nodes": ""}
+    assert module.check_mode_plans(params) == {
+        "would_restart": [],
+        "would_update_in_place": ["sglang-30000"],
+        "would_restart_or_update_in_place": [],
+        "diff": {"prepared": "sglang-30000: update in place\n"},
+    }
+    across_hosts = module.check_mode_plans({**params, "nodes": "start"})
+    assert across_hosts["would_restart"] == ["sglang-30000"] and across_hosts["diff"]["prepared"] == "sglang-30000: restart\n"
+    assert module.check_mode_plans({**params, "instances": []}) == {
+        "would_restart": [], "would_update_in_place": [], "would_restart_or_update_in_place": []
+    }  # fmt: skip
+
+
 class FakeServer:
     """/update_weights_from_disk, /model_info, /server_info and /generate as SGLang answers them; `report` is the
-    weight_version /model_info reports after an update (None: the one asked for)."""
+    weight_version /model_info reports after an update (None: the one asked for), `report_back` after the next one."""
 
-    def __init__(self, log: list[str], report: str | None = None, refuse: bool = False) -> None:
+    def __init__(self, log: list[str], report: str | None = None, refuse: bool = False, report_back: str | None = None) -> None:
         self.log, self.report, self.refuse, self.version = log, report, refuse, "default"
+        self.reports = [report, report_back]
 
     def __call__(self, url: str, payload: dict[str, Any] | None = None, **_: Any) -> Any:
         path = url.split("30000", 1)[1]
@@ -92,7 +136,7 @@ class FakeServer:
             self.log.append(f"update {Path(payload['model_path']).name} as {payload['weight_version']}")
             if self.refuse:
                 raise OSError("HTTP Error 400: Bad Request")
-            self.version = self.report or payload["weight_version"]
+            self.version = (self.reports.pop(0) if self.reports else None) or payload["weight_version"]
             return {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
         if path == "/model_info":
             return {"weight_version": self.version}
@@ -122,7 +166,7 @@ def test_the_rollout_loads_the_revision_without_a_restart_and_keeps_its_files(tm
     log: list[str] = []
     server = instance(tmp_path, unit(models / REV1), unit(models / REV2))
     result = module.rollout(host(log, FakeServer(log)), [server], PARAMS)
-    assert "failed" not in result, result
+    assert "failed_instance" not in result, result
     assert result["restarted"]["sglang-30000"]["in_place"] is True
     assert log == [f"update {REV2} as {REV2}", "daemon-reload", "settle sglang-30000"], "no restart"
     assert (tmp_path / "last-good" / "sglang-30000.service").read_text() == unit(models / REV2), "kept as verified"
@@ -132,9 +176,22 @@ def test_a_failed_verification_loads_the_previous_revision_back_without_a_restar
     log: list[str] = []
     server = instance(tmp_path, unit(models / REV1), unit(models / REV2))
     result = module.rollout(host(log, FakeServer(log, report="stale")), [server], PARAMS)
-    assert result["failed"] == "sglang-30000" and "weight_version 'stale'" in result["reason"]
+    assert result["failed_instance"] == "sglang-30000" and "weight_version 'stale'" in result["reason"]
     assert result["rollback"]["sglang-30000"].startswith(f"loaded back {models / REV1} in place")
     assert log == [f"update {REV2} as {REV2}", f"update {REV1} as {REV1}", "daemon-reload"], "no restart"
+    assert (tmp_path / "sglang-30000.service").read_text() == unit(models / REV1), "the previous files restored"
+
+
+def test_a_previous_revision_that_does_not_come_back_as_asked_is_restarted_on_its_files(tmp_path: Path, models: Path) -> None:
+    """Loaded back, the server must report the previous revision's weight_version (another client may have loaded other
+    weights meanwhile); else the rollback restarts it on its restored files."""
+    log: list[str] = []
+    server = instance(tmp_path, unit(models / REV1), unit(models / REV2))
+    result = module.rollout(host(log, FakeServer(log, report="stale", report_back="other")), [server], PARAMS)
+    assert result["failed_instance"] == "sglang-30000"
+    assert result["rollback"]["sglang-30000"].endswith("the previous configuration is serving again"), result["rollback"]
+    assert log[:2] == [f"update {REV2} as {REV2}", f"update {REV1} as {REV1}"]
+    assert "restart sglang-30000.service" in log
     assert (tmp_path / "sglang-30000.service").read_text() == unit(models / REV1), "the previous files restored"
 
 
@@ -142,7 +199,7 @@ def test_a_refused_update_keeps_the_previous_revision_and_its_files(tmp_path: Pa
     log: list[str] = []
     server = instance(tmp_path, unit(models / REV1), unit(models / REV2))
     result = module.rollout(host(log, FakeServer(log, refuse=True)), [server], PARAMS)
-    assert result["failed"] == "sglang-30000" and "refused" in result["rollback"]["sglang-30000"]
+    assert result["failed_instance"] == "sglang-30000" and "refused" in result["rollback"]["sglang-30000"]
     assert "restart" not in " ".join(log)
     assert (tmp_path / "sglang-30000.service").read_text() == unit(models / REV1)
 

@@ -54,3 +54,44 @@ def test_a_template_is_rendered_as_the_template_action_renders_it(tmp_path: Path
     assert ("Written by sglang-fleet" in by_action) == bool(managed), by_action
     assert "A\nB\n" in by_action and f"unit.j2 -> {tmp_path / 'by-template'}, by {OWNER}" in by_action
     assert yaml.safe_load((tmp_path / "written.yml").read_text())["changed_paths"] == [str(tmp_path / "by-action")]
+
+
+def test_check_mode_gives_the_content_the_run_would_write_of_each_changed_instance_file_but_a_private_ones(
+    tmp_path: Path,
+) -> None:
+    """sglang_rollout tells from it which instances a real run would update in place (module_utils/in_place.py)."""
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates/unit.j2").write_text("ExecStart=/bin/serve {{ sglang_server_instance.name }}\n")
+    (tmp_path / "templates/env.j2").write_text("KEY=private\n")
+    (tmp_path / "same.service").write_text("ExecStart=/bin/serve same\n")
+    attributes = {"owner": OWNER, "group": grp.getgrgid(GROUP).gr_name, "mode": "0640"}
+    os.chmod(tmp_path / "same.service", 0o640)
+    instances = [
+        {"name": name, "files": {"unit": str(tmp_path / f"{name}.service"), "environment": str(tmp_path / f"{name}.env")}}
+        for name in ("new", "same")
+    ]
+    (tmp_path / "same.env").write_text("KEY=private\n")
+    os.chmod(tmp_path / "same.env", 0o640)
+    task = {
+        "instances": instances,
+        "templates": [
+            {"src": "unit.j2", "file": "unit", "private": False, **attributes},
+            {"src": "env.j2", "file": "environment", "private": True, **attributes},
+        ],
+    }
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {"sglang.fleet.sglang_instance_files": task, "register": "written", "check_mode": True},
+                {"ansible.builtin.copy": {"dest": str(tmp_path / "written.yml"), "content": "{{ written | to_yaml }}"}},
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    run = local_play(tmp_path / "play.yml")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    written = yaml.safe_load((tmp_path / "written.yml").read_text())
+    assert written["planned"] == {str(tmp_path / "new.service"): "ExecStart=/bin/serve new\n", str(tmp_path / "new.env"): None}
+    assert not (tmp_path / "new.service").exists(), "check mode writes nothing"

@@ -142,7 +142,7 @@ def test_a_failed_gateway_rejoin_rolls_back_only_after_taking_the_instance_out_o
     host.routers.append(RefusingGateway(log, "gateway", "remote_url"))
     server = {**instance(30000, tmp_path, written=True), "remote_url": "http://b200:40000"}
     result = module.rollout(host, [server], params)
-    assert result["failed"] == "sglang-30000"
+    assert result["failed_instance"] == "sglang-30000"
     first_rejoin = log.index("router-add 30000")
     assert log[first_rejoin + 1 :] == [
         "gateway-add 40000 refused",
@@ -177,7 +177,7 @@ def test_speculative_mismatch_rolls_back_and_stops(tmp_path: Path, params: dict[
     log: list[str] = []
     instances = [instance(port, tmp_path, written=True) for port in (30000, 30001, 30002)]
     result = module.rollout(fake_host(log, FakeServers(log, broken={30001})), instances, params)
-    assert result["failed"] == "sglang-30001"
+    assert result["failed_instance"] == "sglang-30001"
     assert "speculative_algorithm=None, expected 'EAGLE'" in result["reason"]
     assert "the previous configuration is serving again" in result["rollback"]["sglang-30001"]
     assert (tmp_path / "sglang-30001.service").read_text() == "previous"
@@ -433,7 +433,7 @@ def test_a_canary_whose_accept_length_drops_below_its_peers_is_rolled_back_and_t
     later = canary(30001, tmp_path)
     host = fake_host(log, PerPortServers(log, {30000: 1.6, 30001: 3.2}))
     result = module.rollout(host, [canary(30000, tmp_path)], {**canary_params(params), "later": [later]})
-    assert result["failed"] == "sglang-30000"
+    assert result["failed_instance"] == "sglang-30000"
     assert "the canary regressed over 10 s against 1 peer(s)" in result["reason"]
     assert "avg_spec_accept_length 1.60 is more than 20% below the peers' 3.20" in result["reason"]
     assert "the previous configuration is serving again" in result["rollback"]["sglang-30000"]
@@ -583,3 +583,31 @@ def test_the_nodes_keep_their_files_once_every_node_passed_or_roll_back_together
     (tmp_path / "sglang-30000.service").write_text("newer")
     assert module.keep_nodes(host, [rank1]) == ["sglang-30000"]
     assert (tmp_path / "last-good" / "sglang-30000.service").read_text() == "newer"
+
+
+def test_a_failed_rollout_names_its_instance_in_a_key_fail_json_keeps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fail_json sets `failed` to true: the failed instance's name travels as `failed_instance`."""
+
+    class FakeModule:
+        check_mode = False
+
+        def __init__(self, argument_spec: dict[str, Any], supports_check_mode: bool) -> None:
+            self.params = {name: spec.get("default") for name, spec in argument_spec.items()} | {
+                "instances": [instance(30000, tmp_path)]
+            }
+
+        def exit_json(self, **result: Any) -> None:
+            raise Exited({"failed": False, **result})
+
+        def fail_json(self, **result: Any) -> None:
+            raise Exited({**result, "failed": True})  # as AnsibleModule: its own `failed` wins
+
+    failed = {"restarted": {}, "failed_instance": "sglang-30000", "failed_at": 1.0, "reason": "no tokens",
+              "journal": "", "rollback": {"sglang-30000": "restored"}, "not_attempted": []}  # fmt: skip
+    monkeypatch.setattr("ansible.module_utils.basic.AnsibleModule", FakeModule)
+    monkeypatch.setattr(module, "rollout", lambda host, instances, params: failed)
+    with pytest.raises(Exited) as exited:
+        module.main()
+    result = exited.value.args[0]
+    assert result["failed"] is True and result["failed_instance"] == "sglang-30000"
+    assert result["msg"].startswith("Rollout stopped at sglang-30000: no tokens. Rollback: sglang-30000: restored.")
