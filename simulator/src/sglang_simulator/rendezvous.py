@@ -10,8 +10,19 @@ server SIGKILLs itself; tensor x pipeline parallel that does not divide over the
 check_server_args (exit 1). Read in the source (entrypoints/engine.py, utils/common.py), not recorded: the
 timeout is torch's default for NCCL, 600 s, when --dist-timeout is unset; a node of another rank runs its
 schedulers only, and once they joined ``launch_dummy_health_check_server`` answers ``/health``,
-``/health_generate`` and ``/ping`` with 200 on its --port, nothing else. The simulator's own until recorded:
-the message of a node of another rank that cannot reach rank 0, and what a node says when a peer goes away.
+``/health_generate`` and ``/ping`` with 200 on its --port, nothing else.
+
+A peer node that goes away (stopped, crashed, its host lost), read in 0.5.17's source, not recorded (one GPU
+cannot run two nodes: NCCL refuses two ranks on one device): every turn of every scheduler's event loop, idle
+or not, broadcasts the new requests from the first tensor parallel rank to the others over the Gloo CPU group
+(managers/scheduler_components/request_receiver.py, ``recv_requests`` -> ``broadcast_pyobj``), and weight
+loading and CUDA graph capture run collectives too. So the survivor's scheduler fails within a turn: Gloo's TCP
+pair reads end of stream, ``Connection closed by peer [host]:port``; ``run_scheduler_process`` logs ``Scheduler
+hit an exception``, sends SIGQUIT to the server, which kills its process tree. Rank 0's HTTP server goes with
+it (``/health_generate`` stops answering), and, restarted by systemd, rank 0 waits at the rendezvous again
+until the node comes back or --dist-timeout ends it (recorded above). The exception's file and line prefix is
+the simulator's own; the simulator's own until recorded too: the message of a node of another rank that cannot
+reach rank 0.
 
 The simulator's rendezvous is a line protocol on that TCP port: a node of another rank sends its rank, rank
 0 answers ``ready`` once every node joined; each side keeps its connection and crashes when the other's
@@ -149,11 +160,8 @@ def watch(node: Node, lost: Callable[[str], None]) -> None:
                 pass
         except OSError:
             pass
-        # Not pinned by a recording (module docstring).
-        lost(
-            "torch.distributed.DistBackendError: NCCL communicator was aborted: "
-            "a peer node left the process group"
-        )
+        # Read from the source, not recorded (module docstring): Gloo's TCP pair fails the broadcast.
+        lost(f"RuntimeError: [gloo/transport/tcp/pair.cc] Connection closed by peer [{node.host}]:{node.port}")
 
     for peer in node.peers:
         threading.Thread(target=follow, args=(peer,), name="rendezvous-peer", daemon=True).start()
