@@ -14,15 +14,14 @@ schedulers only, and once they joined ``launch_dummy_health_check_server`` answe
 
 A peer node that goes away (stopped, crashed, its host lost), read in 0.5.17's source, not recorded (one GPU
 cannot run two nodes: NCCL refuses two ranks on one device): every turn of every scheduler's event loop, idle
-or not, broadcasts the new requests from the first tensor parallel rank to the others over the Gloo CPU group
-(managers/scheduler_components/request_receiver.py, ``recv_requests`` -> ``broadcast_pyobj``), and weight
-loading and CUDA graph capture run collectives too. So the survivor's scheduler fails within a turn: Gloo's TCP
-pair reads end of stream, ``Connection closed by peer [host]:port``; ``run_scheduler_process`` logs ``Scheduler
-hit an exception``, sends SIGQUIT to the server, which kills its process tree. Rank 0's HTTP server goes with
-it (``/health_generate`` stops answering), and, restarted by systemd, rank 0 waits at the rendezvous again
-until the node comes back or --dist-timeout ends it (recorded above). The exception's file and line prefix is
-the simulator's own; the simulator's own until recorded too: the message of a node of another rank that cannot
-reach rank 0.
+or not, broadcasts the new requests from the first tensor parallel rank to the others over the Gloo CPU
+group (managers/scheduler_components/request_receiver.py, ``recv_requests`` -> ``broadcast_pyobj``), and
+weight loading and CUDA graph capture run collectives too. So the survivor's scheduler fails within a turn:
+Gloo's TCP pair reads end of stream, ``Connection closed by peer [host]:port``; ``run_scheduler_process``
+logs ``Scheduler hit an exception``, sends SIGQUIT to the server, which kills its process tree. Rank 0's HTTP
+server goes with it (``/health_generate`` stops answering), and, restarted by systemd, rank 0 waits at the
+rendezvous again until the node comes back or --dist-timeout ends it (recorded above). The exception's file
+prefix is the simulator's own.
 
 The simulator's rendezvous is a line protocol on that TCP port: a node of another rank sends its rank, rank
 0 answers ``ready`` once every node joined; each side keeps its connection and crashes when the other's
@@ -156,12 +155,17 @@ def watch(node: Node, lost: Callable[[str], None]) -> None:
     def follow(peer: socket.socket) -> None:
         peer.settimeout(None)
         try:
+            address, port = peer.getpeername()[:2]
+            host = str(address).removeprefix("::ffff:")
+        except OSError:
+            host, port = node.host, node.port
+        try:
             while peer.recv(64):
                 pass
         except OSError:
             pass
         # Read from the source, not recorded (module docstring): Gloo's TCP pair fails the broadcast.
-        lost(f"RuntimeError: [gloo/transport/tcp/pair.cc] Connection closed by peer [{node.host}]:{node.port}")
+        lost(f"RuntimeError: [gloo/transport/tcp/pair.cc] Connection closed by peer [{host}]:{port}")
 
     for peer in node.peers:
         threading.Thread(target=follow, args=(peer,), name="rendezvous-peer", daemon=True).start()
