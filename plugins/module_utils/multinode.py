@@ -294,3 +294,58 @@ def node_instances(instances: Sequence[Mapping[str, Any]], hostvars: Mapping[str
         if "nodes" in instance
         and any(instance.get("group") in (host_variables(hostvars, node).get(fact) or []) for node in instance["nodes"])
     ]
+
+
+# How long a node waits for a TCP connection to rank 0's rendezvous port in preflight (seconds).
+REACH_SECONDS = 5
+
+
+def rendezvous_checks(instances: Sequence[Mapping[str, Any]], listening: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Preflight's TCP check between the nodes, as data for its tasks: `listen`, the rendezvous ports rank 0 opens for
+    the check where nothing listens yet ({port, connections: the other nodes' count, seconds}; a port held already, by
+    the running rank 0 or by another program that rendezvous_problems names, is reached as it is), and `reach`, what
+    every node of another rank connects to ({instance, group, rank_0, address, port, seconds})."""
+    held = {entry.get("port") for entry in listening}
+    listen, reach = [], []
+    for instance in instances:
+        if "node_rank" not in instance:
+            continue
+        port = instance["rendezvous_port"]
+        if instance["node_rank"] == 0:
+            if port not in held:
+                listen.append({"port": port, "connections": instance["nnodes"] - 1, "seconds": REACH_SECONDS * 3})
+            continue
+        address = str(instance["rendezvous"]).rpartition(":")[0].strip("[]")
+        reach.append(
+            {
+                "instance": instance["name"],
+                "group": instance.get("group"),
+                "rank_0": instance["nodes"][0],
+                "address": address,
+                "port": port,
+                "seconds": REACH_SECONDS,
+            }
+        )
+    return {"listen": listen, "reach": reach}
+
+
+def unreached_problems(host: str, results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A line per rendezvous this node could not reach (the registered wait_for results of rendezvous_checks' reach)."""
+    lines = []
+    for result in results:
+        if not result.get("failed"):
+            continue
+        item = result["item"]
+        lines.append(
+            problem_line(
+                host,
+                f"instance {item['instance']}",
+                f"{VARIABLE}.{item['group']}.rendezvous_port",
+                item["port"],
+                f"node {host} cannot reach rank 0 ({item['rank_0']}) at {item['address']}:{item['port']} within"
+                f" {item['seconds']} s ({str(result.get('msg') or 'no answer').strip()})",
+                f"let the nodes reach {item['rank_0']}'s port {item['port']} (a firewall rule), or set the address they"
+                f" reach {item['rank_0']} at (sglang_advertise_host or ansible_host of {item['rank_0']})",
+            )
+        )
+    return lines

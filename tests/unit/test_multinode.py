@@ -278,3 +278,26 @@ def test_every_node_of_a_group_any_node_names_acts_together(node_plan: Plan) -> 
     assert node_instances(mine, hostvars, "_sglang_server_nodes_failed") == []
     hostvars["ct129"]["_sglang_server_nodes_changed"] = ["other"]
     assert node_instances(mine, hostvars, "_sglang_server_nodes_changed") == []
+
+
+def test_preflight_checks_every_node_reaches_rank_0s_rendezvous_port(node_plan: Plan) -> None:
+    from ansible_collections.sglang.fleet.plugins.module_utils.multinode import rendezvous_checks, unreached_problems
+
+    zero, one = node_plan("ct129")["instances"], node_plan("ct130")["instances"]
+    # Rank 0 listens for the check where nothing listens yet, until its one other node connected.
+    assert rendezvous_checks(zero, []) == {"listen": [{"port": 25000, "connections": 1, "seconds": 15}], "reach": []}
+    # Its running rank 0 (or another program, which the plan names) holds the port: reached as it is.
+    assert rendezvous_checks(zero, [{"port": 25000}]) == {"listen": [], "reach": []}
+    reach = {"instance": "sglang-30000", "group": "big", "rank_0": "ct129", "address": "10.0.0.29", "port": 25000, "seconds": 5}
+    assert rendezvous_checks(one, [{"port": 25000}]) == {"listen": [], "reach": [reach]}
+    # An instance on one host takes no part.
+    assert rendezvous_checks(node_plan(group={"name": "solo"})["instances"], []) == {"listen": [], "reach": []}
+    reached = [{"item": reach, "failed": False, "elapsed": 0}]
+    assert unreached_problems("ct130", reached) == []
+    timed_out = [{"item": reach, "failed": True, "msg": "Timeout when waiting for 10.0.0.29:25000"}]
+    assert unreached_problems("ct130", timed_out) == [
+        "ct130 instance sglang-30000: sglang_instance_groups.big.rendezvous_port=25000: node ct130 cannot reach rank 0"
+        " (ct129) at 10.0.0.29:25000 within 5 s (Timeout when waiting for 10.0.0.29:25000); fix: let the nodes reach"
+        " ct129's port 25000 (a firewall rule), or set the address they reach ct129 at (sglang_advertise_host or"
+        " ansible_host of ct129)"
+    ]
