@@ -84,6 +84,24 @@ def test_the_gateway_routes_to_rank_0_alone_and_rank_0_answers(span: Run) -> Non
     assert chat_requests("span0", 30000) == before + 1
 
 
+
+def test_a_node_that_cannot_reach_rank_0s_rendezvous_port_is_refused_before_any_change(span: Run, tmp_path: Path) -> None:
+    """Preflight's TCP check: span1 reaches rank 0 at an address that answers nothing (TEST-NET-1), so the deploy is
+    refused, naming the node, the instance and the variable, and nothing changes on either node."""
+    before = {node: unit_starts(node)[UNIT] for node in ("span0", "span1")}
+    inventory = with_vars(tmp_path, group={"server_args": {"dist-timeout": 20, "mem-fraction-static": 0.75}})
+    span0 = inventory / "host_vars" / "span0.yml"
+    span0.write_text(yaml.safe_dump({"sglang_advertise_host": "192.0.2.1"}))
+    result = run_playbook("deploy.yml", inventory=inventory, limit=NODES)
+    assert result.rc != 0
+    report = "\n".join(result.failure_messages())
+    assert (
+        "span1 instance sglang-30000: sglang_instance_groups.tiny.rendezvous_port=25000: node span1 cannot reach rank 0"
+        " (span0) at 192.0.2.1:25000 within 5 s"
+    ) in report, report
+    assert result.changed() == []
+    assert {node: unit_starts(node)[UNIT] for node in ("span0", "span1")} == before
+
 def test_a_changed_setting_restarts_both_nodes_verified(span: Run, tmp_path: Path) -> None:
     before = {node: unit_starts(node)[UNIT] for node in ("span0", "span1")}
     inventory = with_vars(tmp_path, group={"server_args": {"dist-timeout": 20, "mem-fraction-static": 0.8}})
