@@ -10,7 +10,9 @@ or gateway's worker. `node_problems` checks the nodes as a whole (one release, m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import port_taken
@@ -135,8 +137,9 @@ def node_instance(
     at = argv.index("--config") if "--config" in argv else len(argv)
     argv[at:at] = ["--nnodes", str(node["nnodes"]), "--node-rank", str(node["rank"]), "--dist-init-addr", node["rendezvous"]]
     environment = dict(instance["environment"])
-    if node["interface"]:
-        environment.update(NCCL_SOCKET_IFNAME=node["interface"], GLOO_SOCKET_IFNAME=node["interface"])
+    interface = node["interface"] or routed_interface(facts, node["rendezvous"])
+    if interface:
+        environment.update(NCCL_SOCKET_IFNAME=interface, GLOO_SOCKET_IFNAME=interface)
     names = {gpu["index"]: str(gpu.get("name") or "") for gpu in facts.get("gpus") or []}
     source = settings.get("model_source") or {}
     return {
@@ -315,7 +318,7 @@ def rendezvous_checks(instances: Sequence[Mapping[str, Any]], listening: Sequenc
             if port not in held:
                 listen.append({"port": port, "connections": instance["nnodes"] - 1, "seconds": REACH_SECONDS * 3})
             continue
-        address = str(instance["rendezvous"]).rpartition(":")[0].strip("[]")
+        address = rendezvous_host(str(instance["rendezvous"]))
         reach.append(
             {
                 "instance": instance["name"],
@@ -349,3 +352,40 @@ def unreached_problems(host: str, results: Sequence[Mapping[str, Any]]) -> list[
             )
         )
     return lines
+
+
+def rendezvous_host(rendezvous: str) -> str:
+    """The address part of `host:port` or `[v6]:port`."""
+    return rendezvous.rpartition(":")[0].strip("[]")
+
+
+def routed_interface(facts: Mapping[str, Any], rendezvous: str) -> str:
+    """The interface this host reaches rank 0 on (the host's facts `routes`, from route_to), "" where unknown or
+    loopback (NCCL and Gloo then choose their own)."""
+    route = (facts.get("routes") or {}).get(rendezvous_host(rendezvous)) or {}
+    interface = str(route.get("interface") or "")
+    return "" if interface == "lo" else interface
+
+
+Run = Callable[[list[str]], tuple[int, str, str]]
+
+
+def route_to(address: str, run: Run) -> dict[str, str]:
+    """On the host: the interface its traffic to `address` leaves on ({ip, interface}, or {error}), from `ip route get`;
+    for an address of the host itself (rank 0's own), the interface that holds it (`ip addr show to`)."""
+    try:
+        ip = str(socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)[0][4][0])
+    except OSError as error:
+        return {"error": f"{address} does not resolve here: {error}"}
+    rc, out, err = run(["ip", "-o", "route", "get", ip])
+    if rc != 0:
+        return {"ip": ip, "error": f"ip route get {ip}: {(err or out).strip()}"}
+    if out.startswith("local "):
+        rc, out, err = run(["ip", "-o", "addr", "show", "to", ip])
+        held = re.match(r"\d+:\s+([^\s:@]+)", out)
+        if rc != 0 or not held:
+            return {"ip": ip, "error": f"ip addr show to {ip}: {(err or out).strip() or 'no interface holds it'}"}
+        return {"ip": ip, "interface": held.group(1)}
+    dev = re.search(r"\bdev\s+(\S+)", out)
+    return {"ip": ip, "interface": dev.group(1)} if dev else {"ip": ip, "error": f"ip route get {ip}: {out.strip()}"}
+

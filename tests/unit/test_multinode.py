@@ -301,3 +301,42 @@ def test_preflight_checks_every_node_reaches_rank_0s_rendezvous_port(node_plan: 
         " ct129's port 25000 (a firewall rule), or set the address they reach ct129 at (sglang_advertise_host or"
         " ansible_host of ct129)"
     ]
+
+
+def test_without_an_interface_each_node_takes_the_one_its_route_to_rank_0_leaves_on(node_plan: Plan) -> None:
+    group = {key: value for key, value in BIG.items() if key != "network_interface"}
+    routes = {"routes": {"10.0.0.29": {"ip": "10.0.0.29", "interface": "ens5"}, "10.0.0.30": {"error": "x"}}}
+    for node in NODES:
+        [instance] = node_plan(node, group=group, facts=routes)["instances"]
+        assert instance["environment"]["NCCL_SOCKET_IFNAME"] == "ens5" == instance["environment"]["GLOO_SOCKET_IFNAME"]
+    # Unknown (the route's error) or loopback: NCCL and Gloo choose their own.
+    for route in ({"error": "10.0.0.29 does not resolve here"}, {"ip": "10.0.0.29", "interface": "lo"}):
+        [instance] = node_plan("ct130", group=group, facts={"routes": {"10.0.0.29": route}})["instances"]
+        assert "NCCL_SOCKET_IFNAME" not in instance["environment"]
+    # A group's own network_interface wins.
+    [instance] = node_plan("ct130", facts=routes)["instances"]
+    assert instance["environment"]["NCCL_SOCKET_IFNAME"] == "eth1"
+
+
+def test_the_route_to_rank_0_is_read_with_ip_on_the_host() -> None:
+    from ansible_collections.sglang.fleet.plugins.module_utils.multinode import route_to
+
+    said: dict[str, tuple[int, str, str]] = {
+        "ip -o route get 10.0.0.29": (0, "10.0.0.29 dev ens5 src 10.0.0.30 uid 0 \\    cache ", ""),
+        "ip -o route get 10.0.0.30": (0, "local 10.0.0.30 dev lo table local src 10.0.0.30 uid 0 \\    cache <local> ", ""),
+        "ip -o addr show to 10.0.0.30": (0, "2: ens5    inet 10.0.0.30/24 brd 10.0.0.255 scope global ens5\\n", ""),
+        "ip -o route get 192.0.2.1": (2, "", "RTNETLINK answers: Network is unreachable"),
+    }
+    asked: list[str] = []
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        asked.append(" ".join(argv))
+        return said[" ".join(argv)]
+
+    assert route_to("10.0.0.29", run) == {"ip": "10.0.0.29", "interface": "ens5"}
+    # Rank 0's own address: the interface that holds it, not loopback.
+    assert route_to("10.0.0.30", run) == {"ip": "10.0.0.30", "interface": "ens5"}
+    unreachable = "ip route get 192.0.2.1: RTNETLINK answers: Network is unreachable"
+    assert route_to("192.0.2.1", run) == {"ip": "192.0.2.1", "error": unreachable}
+    assert "does not resolve here" in route_to("no-such-host.invalid", run)["error"]
+    assert asked == list(said)
