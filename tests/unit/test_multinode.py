@@ -340,3 +340,17 @@ def test_the_route_to_rank_0_is_read_with_ip_on_the_host() -> None:
     assert route_to("192.0.2.1", run) == {"ip": "192.0.2.1", "error": unreachable}
     assert "does not resolve here" in route_to("no-such-host.invalid", run)["error"]
     assert asked == list(said)
+
+
+def test_a_node_of_another_rank_alone_on_its_host_needs_nothing_of_the_gateway(node_plan: Plan) -> None:
+    """It is no worker of the fleet gateway: neither its (empty) remote URL nor the gateway's reach is a problem."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_gateway_problems
+
+    hostvars = node_hostvars(node_plan)
+    hostvars["ct129"]["sglang_gateway"] = {"bind": "127.0.0.1", "url": "http://127.0.0.1:30200", "remote_url": ""}
+    rank_1 = hostvars["ct130"]["sglang_instances"]
+    assert sglang_gateway_problems("ct130", ["ct129"], hostvars, NODES, NODES, rank_1, "0.0.0.0", "") == []
+    # Rank 0's host on another host than the gateway would be: its worker must be reachable.
+    rank_0 = hostvars["ct129"]["sglang_instances"]
+    [line, *_] = sglang_gateway_problems("ct130", ["ct129"], hostvars, NODES, NODES, rank_0, "127.0.0.1", "")
+    assert "cannot reach them on loopback" in line
