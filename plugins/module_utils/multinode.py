@@ -60,7 +60,7 @@ def node_addresses(groups: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
 
 def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Mapping[str, Any]) -> dict[str, Any] | None:
     """This host's part of a group that spans hosts: {"nodes", "nnodes", "rank", "rendezvous", "rendezvous_port",
-    "interface"}; {} for a group on this host alone; None (and problems) when the declaration is wrong."""
+    "interface", "peer_address"}; {} for a group on this host alone; None (and problems) when the declaration is wrong."""
     if "nodes" not in group:
         return {}
     name = str(group["name"])
@@ -118,6 +118,9 @@ def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Ma
         return None
     addresses = settings.get("node_addresses") or {}
     address = str(addresses.get(nodes[0]) or nodes[0])
+    # The node whose route gives this node's interface: rank 0 for the others, rank 1 for rank 0 (its own address may
+    # resolve on it to another of its interfaces than the one the others reach it on).
+    peer = nodes[1] if nodes[0] == host else nodes[0]
     return {
         "nodes": list(nodes),
         "nnodes": len(nodes),
@@ -125,6 +128,7 @@ def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Ma
         "rendezvous_port": port,
         "rendezvous": f"[{address}]:{port}" if ":" in address else f"{address}:{port}",
         "interface": interface,
+        "peer_address": str(addresses.get(peer) or peer),
     }
 
 
@@ -137,7 +141,7 @@ def node_instance(
     at = argv.index("--config") if "--config" in argv else len(argv)
     argv[at:at] = ["--nnodes", str(node["nnodes"]), "--node-rank", str(node["rank"]), "--dist-init-addr", node["rendezvous"]]
     environment = dict(instance["environment"])
-    interface = node["interface"] or routed_interface(facts, node["rendezvous"])
+    interface = node["interface"] or routed_interface(facts, node["peer_address"])
     if interface:
         environment.update(NCCL_SOCKET_IFNAME=interface, GLOO_SOCKET_IFNAME=interface)
     names = {gpu["index"]: str(gpu.get("name") or "") for gpu in facts.get("gpus") or []}
@@ -359,10 +363,10 @@ def rendezvous_host(rendezvous: str) -> str:
     return rendezvous.rpartition(":")[0].strip("[]")
 
 
-def routed_interface(facts: Mapping[str, Any], rendezvous: str) -> str:
-    """The interface this host reaches rank 0 on (the host's facts `routes`, from route_to), "" where unknown or
-    loopback (NCCL and Gloo then choose their own)."""
-    route = (facts.get("routes") or {}).get(rendezvous_host(rendezvous)) or {}
+def routed_interface(facts: Mapping[str, Any], address: str) -> str:
+    """The interface this host reaches `address` (another node) on (the host's facts `routes`, from route_to), ""
+    where unknown or loopback (NCCL and Gloo then choose their own)."""
+    route = (facts.get("routes") or {}).get(address) or {}
     interface = str(route.get("interface") or "")
     return "" if interface == "lo" else interface
 

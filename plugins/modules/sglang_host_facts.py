@@ -349,9 +349,15 @@ def main() -> None:
         facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
         host = gathering.facts()
     if module.params.get("routes_to"):
-        host["routes"] = {
-            address: route_to(address, lambda argv: module.run_command(argv)) for address in module.params["routes_to"]
-        }
+        ip = module.get_bin_path("ip")
+
+        def run(argv: list[str]) -> tuple[int, str, str]:
+            if not ip:  # run_command would fail the module
+                return 127, "", "the ip command (iproute2) is not installed"
+            rc, out, err = module.run_command([ip, *argv[1:]])
+            return int(rc), str(out), str(err)
+
+        host["routes"] = {address: route_to(address, run) for address in module.params["routes_to"]}
     module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": host}, **result)
 
 

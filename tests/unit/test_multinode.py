@@ -303,12 +303,16 @@ def test_preflight_checks_every_node_reaches_rank_0s_rendezvous_port(node_plan: 
     ]
 
 
-def test_without_an_interface_each_node_takes_the_one_its_route_to_rank_0_leaves_on(node_plan: Plan) -> None:
+def test_without_an_interface_each_node_takes_the_one_its_route_to_another_node_leaves_on(node_plan: Plan) -> None:
+    """Rank 1 and on: the route to rank 0; rank 0: the route to rank 1 (its own name may resolve, on it, to another of
+    its interfaces than the one the others reach it on)."""
     group = {key: value for key, value in BIG.items() if key != "network_interface"}
-    routes = {"routes": {"10.0.0.29": {"ip": "10.0.0.29", "interface": "ens5"}, "10.0.0.30": {"error": "x"}}}
-    for node in NODES:
+    routes = {
+        "routes": {"10.0.0.29": {"ip": "10.0.0.29", "interface": "ens5"}, "10.0.0.30": {"ip": "10.0.0.30", "interface": "ens6"}}
+    }
+    for node, interface in (("ct129", "ens6"), ("ct130", "ens5")):
         [instance] = node_plan(node, group=group, facts=routes)["instances"]
-        assert instance["environment"]["NCCL_SOCKET_IFNAME"] == "ens5" == instance["environment"]["GLOO_SOCKET_IFNAME"]
+        assert instance["environment"]["NCCL_SOCKET_IFNAME"] == interface == instance["environment"]["GLOO_SOCKET_IFNAME"]
     # Unknown (the route's error) or loopback: NCCL and Gloo choose their own.
     for route in ({"error": "10.0.0.29 does not resolve here"}, {"ip": "10.0.0.29", "interface": "lo"}):
         [instance] = node_plan("ct130", group=group, facts={"routes": {"10.0.0.29": route}})["instances"]
