@@ -10,16 +10,16 @@ server SIGKILLs itself; tensor x pipeline parallel that does not divide over the
 check_server_args (exit 1).
 
 Recorded on real 0.5.17 as node rank 1 of 2 whose rank 0 never starts
-(tests/recordings/sglang-0.5.17-h100-multinode-rank1/, tests/contract/test_multinode_rank1.py replays it): after
-``Init torch distributed begin.`` torch's TCPStore client retries rank 0's address until --dist-timeout, then
-``torch.distributed.DistNetworkError: The client socket has timed out after <timeout>ms while trying to connect
-to (<host>, <port>).``, and the server SIGKILLs itself; its --port refuses connections all the while. Real SGLang
-exits after the timeout plus torch's random retry delay (34 s for 20); the simulator at the timeout. Without
---dist-timeout it was still waiting after 242 s; the timeout is then torch's default for NCCL, 600 s (that
-machine's torch.distributed.constants; read in the source, not waited out). Read in the source
-(entrypoints/engine.py, utils/common.py), not recorded: a node of another rank runs its schedulers only, and once
-they joined ``launch_dummy_health_check_server`` answers ``/health``, ``/health_generate`` and ``/ping`` with 200
-on its --port, nothing else.
+(tests/recordings/sglang-0.5.17-h100-multinode-rank1/, tests/contract/test_multinode_rank1.py replays it):
+after ``Init torch distributed begin.`` torch's TCPStore client retries rank 0's address until
+--dist-timeout, then ``torch.distributed.DistNetworkError: The client socket has timed out after <timeout>ms
+while trying to connect to (<host>, <port>).``, and the server SIGKILLs itself; its --port refuses
+connections all the while. Real SGLang exits after the timeout plus torch's random retry delay (34 s for
+20); the simulator at the timeout. Without --dist-timeout it was still waiting after 242 s; the timeout is
+then torch's default for NCCL, 600 s (that machine's torch.distributed.constants; read in the source, not
+waited out). Read in the source (entrypoints/engine.py, utils/common.py), not recorded: a node of another
+rank runs its schedulers only, and once they joined ``launch_dummy_health_check_server`` answers
+``/health``, ``/health_generate`` and ``/ping`` with 200 on its --port, nothing else.
 
 A peer node that goes away (stopped, crashed, its host lost), read in 0.5.17's source, not recorded (one GPU
 cannot run two nodes: NCCL refuses two ranks on one device): every turn of every scheduler's event loop, idle
