@@ -31,7 +31,10 @@ from hardware.driver import PY, HealthRecorder, Json, Run, Server
 from hardware.nextn_without_mtp import run_script
 from hardware.sandbox_model import CT129, MODEL, argv_for
 
-SERVERS = (("rank1.timeout20", 30100, ["--dist-timeout", "20"]), ("rank1.default", 30200, []))
+SERVERS: tuple[tuple[str, int, list[str]], ...] = (
+    ("rank1.timeout20", 30100, ["--dist-timeout", "20"]),
+    ("rank1.default", 30200, []),
+)
 TORCH_TIMEOUTS = (
     "import json, torch.distributed.constants as c; "
     "print(json.dumps({name: getattr(c, name).total_seconds() for name in ('default_pg_timeout', 'default_pg_nccl_timeout')"
