@@ -137,11 +137,13 @@ def test_a_node_stopped_while_serving_fails_the_instance_and_the_next_deploy_bri
     assert on_host("span0", "python3", "-c", ASK_GATEWAY, MODEL).strip() != "200"
     journal = on_host("span0", "journalctl", "--no-pager", "-u", UNIT, "-n", "200")
     assert "Connection closed by peer" in journal
+    # The deploy starts span1's unit (not running); rank 0, restarted by systemd, waits for it at the rendezvous.
     result = run_playbook("deploy.yml", inventory=SPAN, limit=NODES)
     assert result.rc == 0, result.failure_messages()
-    assert http_status("span0", HEALTH) == 200
+    assert wait_until(lambda: http_status("span0", HEALTH) == 200, 60)
     assert http_status("span1", "http://127.0.0.1:30000/health") == 200
-    assert on_host("span0", "python3", "-c", ASK_GATEWAY, MODEL).strip() == "200"
+    # The gateway's health checks find rank 0 again.
+    assert wait_until(lambda: on_host("span0", "python3", "-c", ASK_GATEWAY, MODEL).strip() == "200", 90)
 
 
 def test_a_node_stopped_while_the_instance_rolls_makes_both_roll_back_together(span: Run, tmp_path: Path) -> None:
