@@ -292,9 +292,11 @@ def test_preflight_checks_every_node_reaches_rank_0s_rendezvous_port(node_plan: 
     assert rendezvous_checks(one, [{"port": 25000}]) == {"listen": [], "reach": [reach]}
     # An instance on one host takes no part.
     assert rendezvous_checks(node_plan(group={"name": "solo"})["instances"], []) == {"listen": [], "reach": []}
-    reached = [{"item": reach, "failed": False, "elapsed": 0}]
-    assert unreached_problems("ct130", reached) == []
-    timed_out = [{"item": reach, "failed": True, "msg": "Timeout when waiting for 10.0.0.29:25000"}]
+    # As registered with failed_when: false (wait_for's own results: connected, or why not).
+    reached = [{"item": reach, "state": "started", "port": 25000, "elapsed": 0, "failed": False}]
+    assert unreached_problems("ct130", [*reached, {"item": reach, "skipped": True}]) == []
+    timeout = "Timeout when waiting for 10.0.0.29:25000"
+    timed_out = [{"item": reach, "msg": timeout, "elapsed": 5, "failed": False, "failed_when_result": False}]
     assert unreached_problems("ct130", timed_out) == [
         "ct130 instance sglang-30000: sglang_instance_groups.big.rendezvous_port=25000: node ct130 cannot reach rank 0"
         " (ct129) at 10.0.0.29:25000 within 5 s (Timeout when waiting for 10.0.0.29:25000); fix: let the nodes reach"
