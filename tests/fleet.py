@@ -270,3 +270,35 @@ def load_through_router(
         on_host(host, "touch", "/tmp/stop-load")
         output, _ = load.communicate(timeout=120)
         report.update(json.loads(output.strip().splitlines()[-1]))
+
+
+# A fleet gateway as its own host reaches it, and its keys file there.
+GATEWAY = "http://127.0.0.1:30200"
+GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
+
+
+def registered_workers(host: str = "ct129", url: str = GATEWAY, keys_file: str = GATEWAY_KEYS) -> dict[str, tuple[str, bool]]:
+    """A router's workers (URL -> the model it routes to them, healthy), listed with its admin key inside its host (by
+    default ct129's gateway); none while it does not answer (starting)."""
+    script = (
+        "import json, sys, urllib.request\n"
+        "key = json.load(open(sys.argv[2]))['admin_key']\n"
+        "request = urllib.request.Request(sys.argv[1] + '/workers', headers={'Authorization': 'Bearer ' + key})\n"
+        "try:\n    workers = json.load(urllib.request.urlopen(request, timeout=30))['workers']\n"
+        "except OSError:\n    workers = []\n"
+        "print(json.dumps({worker['url']: [worker['model_id'], worker['is_healthy']] for worker in workers}))\n"
+    )
+    listed = json.loads(on_host(host, "python3", "-c", script, url, keys_file))
+    return {url: (model, healthy) for url, (model, healthy) in listed.items()}
+
+
+def chat_requests(host: str, port: int) -> float:
+    """The chat completions an instance answered (its sglang:http_requests_total), read inside its host."""
+    text = on_host(
+        host,
+        "python3",
+        "-c",
+        f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())",
+    )
+    series = 'sglang:http_requests_total{endpoint="/v1/chat/completions",method="POST"} '
+    return sum(float(line[len(series) :]) for line in text.splitlines() if line.startswith(series))

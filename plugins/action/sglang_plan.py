@@ -62,6 +62,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             sourced = settings["model_sourced"]
             link = f"{os.path.dirname(settings['model_path'])}/current" if sourced else ""
             module_args["model"] = {**model, "path": settings["model_path"], "link": link}
+        # The nodes of instances across hosts: the interface each node reaches rank 0 on (module_utils/multinode.py).
+        addresses = settings.get("node_addresses") or {}
+        if addresses:
+            module_args["routes_to"] = sorted(set(addresses.values()))
         answer: dict[str, Any] = self._execute_module(
             module_name="sglang.fleet.sglang_host_facts", module_args=module_args, task_vars=task_vars
         )

@@ -14,7 +14,13 @@ from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks impor
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_files import instance_files
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import group_model_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_host, connect_url, remote_url, url_host
-from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses, node_instances, node_problems
+from ansible_collections.sglang.fleet.plugins.module_utils.multinode import (
+    node_addresses,
+    node_instances,
+    node_problems,
+    rendezvous_checks,
+    unreached_problems,
+)
 from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines, parse_problems
 from ansible_collections.sglang.fleet.plugins.module_utils.plan import plan_host
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
@@ -101,6 +107,9 @@ class FilterModule:
             "sglang_http_instances": http_instances,
             # What the nodes of an instance across hosts do together (restart, keep, roll back), from their facts.
             "sglang_node_instances": node_instances,
+            # Preflight's TCP check from every node to rank 0's rendezvous port, and its problem lines.
+            "sglang_rendezvous_checks": rendezvous_checks,
+            "sglang_rendezvous_unreached": unreached_problems,
         }
 
 

@@ -152,6 +152,8 @@ def sglang_gateway_problems(
     host's rollouts from draining them there: a gateway that is not a server host or not in this run, this host's
     servers on loopback or with another key than the gateway's, a gateway that binds loopback only."""
     found: list[tuple[str, str, Any, str, str]] = []  # where, variable, value, cause, fix
+    # The gateway's workers here: not a node of another rank of an instance across hosts, which serves no HTTP.
+    instances = [instance for instance in instances if instance.get("serves_http", True)]
     for gateway in gateways:
         where = f"gateway {gateway}"
         published = hostvars[gateway].get("sglang_gateway") if gateway in run_hosts else None

@@ -10,7 +10,9 @@ or gateway's worker. `node_problems` checks the nodes as a whole (one release, m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import port_taken
@@ -58,7 +60,7 @@ def node_addresses(groups: Any, hostvars: Mapping[str, Any]) -> dict[str, str]:
 
 def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Mapping[str, Any]) -> dict[str, Any] | None:
     """This host's part of a group that spans hosts: {"nodes", "nnodes", "rank", "rendezvous", "rendezvous_port",
-    "interface"}; {} for a group on this host alone; None (and problems) when the declaration is wrong."""
+    "interface", "peer_address"}; {} for a group on this host alone; None (and problems) when the declaration is wrong."""
     if "nodes" not in group:
         return {}
     name = str(group["name"])
@@ -116,6 +118,9 @@ def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Ma
         return None
     addresses = settings.get("node_addresses") or {}
     address = str(addresses.get(nodes[0]) or nodes[0])
+    # The node whose route gives this node's interface: rank 0 for the others, rank 1 for rank 0 (its own address may
+    # resolve on it to another of its interfaces than the one the others reach it on).
+    peer = nodes[1] if nodes[0] == host else nodes[0]
     return {
         "nodes": list(nodes),
         "nnodes": len(nodes),
@@ -123,6 +128,7 @@ def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Ma
         "rendezvous_port": port,
         "rendezvous": f"[{address}]:{port}" if ":" in address else f"{address}:{port}",
         "interface": interface,
+        "peer_address": str(addresses.get(peer) or peer),
     }
 
 
@@ -135,8 +141,9 @@ def node_instance(
     at = argv.index("--config") if "--config" in argv else len(argv)
     argv[at:at] = ["--nnodes", str(node["nnodes"]), "--node-rank", str(node["rank"]), "--dist-init-addr", node["rendezvous"]]
     environment = dict(instance["environment"])
-    if node["interface"]:
-        environment.update(NCCL_SOCKET_IFNAME=node["interface"], GLOO_SOCKET_IFNAME=node["interface"])
+    interface = node["interface"] or routed_interface(facts, node["peer_address"])
+    if interface:
+        environment.update(NCCL_SOCKET_IFNAME=interface, GLOO_SOCKET_IFNAME=interface)
     names = {gpu["index"]: str(gpu.get("name") or "") for gpu in facts.get("gpus") or []}
     source = settings.get("model_source") or {}
     return {
@@ -294,3 +301,96 @@ def node_instances(instances: Sequence[Mapping[str, Any]], hostvars: Mapping[str
         if "nodes" in instance
         and any(instance.get("group") in (host_variables(hostvars, node).get(fact) or []) for node in instance["nodes"])
     ]
+
+
+# How long a node waits for a TCP connection to rank 0's rendezvous port in preflight (seconds).
+REACH_SECONDS = 5
+
+
+def rendezvous_checks(instances: Sequence[Mapping[str, Any]], listening: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Preflight's TCP check between the nodes, as data for its tasks: `listen`, the rendezvous ports rank 0 opens for
+    the check where nothing listens yet ({port, connections: the other nodes' count, seconds}; a port held already, by
+    the running rank 0 or by another program that rendezvous_problems names, is reached as it is), and `reach`, what
+    every node of another rank connects to ({instance, group, rank_0, address, port, seconds})."""
+    held = {entry.get("port") for entry in listening}
+    listen, reach = [], []
+    for instance in instances:
+        if "node_rank" not in instance:
+            continue
+        port = instance["rendezvous_port"]
+        if instance["node_rank"] == 0:
+            if port not in held:
+                listen.append({"port": port, "connections": instance["nnodes"] - 1, "seconds": REACH_SECONDS * 3})
+            continue
+        address = rendezvous_host(str(instance["rendezvous"]))
+        reach.append(
+            {
+                "instance": instance["name"],
+                "group": instance.get("group"),
+                "rank_0": instance["nodes"][0],
+                "address": address,
+                "port": port,
+                "seconds": REACH_SECONDS,
+            }
+        )
+    return {"listen": listen, "reach": reach}
+
+
+def unreached_problems(host: str, results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A line per rendezvous this node could not reach (the registered wait_for results of rendezvous_checks' reach,
+    each made not to fail the task: wait_for says `state: started` when it connected, else why in `msg`)."""
+    lines = []
+    for result in results:
+        if result.get("skipped") or result.get("state") == "started":
+            continue
+        item = result["item"]
+        lines.append(
+            problem_line(
+                host,
+                f"instance {item['instance']}",
+                f"{VARIABLE}.{item['group']}.rendezvous_port",
+                item["port"],
+                f"node {host} cannot reach rank 0 ({item['rank_0']}) at {item['address']}:{item['port']} within"
+                f" {item['seconds']} s ({str(result.get('msg') or 'no answer').strip()})",
+                f"let the nodes reach {item['rank_0']}'s port {item['port']} (a firewall rule), or set the address they"
+                f" reach {item['rank_0']} at (sglang_advertise_host or ansible_host of {item['rank_0']})",
+            )
+        )
+    return lines
+
+
+def rendezvous_host(rendezvous: str) -> str:
+    """The address part of `host:port` or `[v6]:port`."""
+    return rendezvous.rpartition(":")[0].strip("[]")
+
+
+def routed_interface(facts: Mapping[str, Any], address: str) -> str:
+    """The interface this host reaches `address` (another node) on (the host's facts `routes`, from route_to), ""
+    where unknown or loopback (NCCL and Gloo then choose their own)."""
+    route = (facts.get("routes") or {}).get(address) or {}
+    interface = str(route.get("interface") or "")
+    return "" if interface == "lo" else interface
+
+
+Run = Callable[[list[str]], tuple[int, str, str]]
+
+
+def route_to(address: str, run: Run) -> dict[str, str]:
+    """On the host: the interface its traffic to `address` leaves on ({ip, interface}, or {error}), from `ip route get`;
+    for an address of the host itself (rank 0's own), the interface that holds it (`ip addr show to`)."""
+    try:
+        ip = str(socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)[0][4][0])
+    except OSError as error:
+        return {"error": f"{address} does not resolve here: {error}"}
+    rc, out, err = run(["ip", "-o", "route", "get", ip])
+    if rc != 0:
+        return {"ip": ip, "error": f"ip route get {ip}: {(err or out).strip()}"}
+    if out.startswith("local "):
+        rc, out, err = run(["ip", "-o", "addr", "show", "to", ip])
+        held = re.match(r"\d+:\s+([^\s:@]+)", out)
+        if rc != 0 or not held:
+            return {"ip": ip, "error": f"ip addr show to {ip}: {(err or out).strip() or 'no interface holds it'}"}
+        return {"ip": ip, "interface": held.group(1)}
+    dev = re.search(r"\bdev\s+(\S+)", out)
+    return {"ip": ip, "interface": dev.group(1)} if dev else {"ip": ip, "error": f"ip route get {ip}: {out.strip()}"}
+

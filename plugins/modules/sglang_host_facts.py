@@ -100,6 +100,14 @@ options:
     type: list
     elements: path
     default: []
+  routes_to:
+    description:
+      - Addresses (names or IPs) whose route is looked up on the host (C(ip route get); for an address of the host
+        itself, the interface holding it) and returned by address as C(routes) - the rank 0 nodes of instances across
+        hosts, whose interface NCCL and Gloo use when the group names none.
+    type: list
+    elements: str
+    default: []
 author: sglang-fleet maintainers (@sglang-fleet)
 """
 
@@ -148,6 +156,10 @@ ansible_facts:
       description: C(port), C(pid), C(name) and C(unit) per listening TCP port.
       type: list
       elements: dict
+    routes:
+      description:
+        - Per address of I(routes_to) (only when given), C(ip) and C(interface) it is reached on, or C(error).
+      type: dict
     memtotal_mb:
       description: Host RAM in MB, from C(/proc/meminfo).
       type: int
@@ -181,6 +193,7 @@ from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.listeners import listening_ports, unit_of
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import model_facts
+from ansible_collections.sglang.fleet.plugins.module_utils.multinode import route_to
 from ansible_collections.sglang.fleet.plugins.module_utils.nvidia_smi import (
     APP_QUERY,
     GPU_QUERY,
@@ -310,6 +323,7 @@ def main() -> None:
                 },
             },
             "group_models": {"type": "list", "elements": "path", "default": []},
+            "routes_to": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -334,6 +348,16 @@ def main() -> None:
     with Gathering(module.params["nvidia_smi"]) as gathering:  # its calls run while Ansible's facts are gathered
         facts = ansible_facts(module, module.params["gather_subset"]) if module.params["gather_subset"] else {}
         host = gathering.facts()
+    if module.params.get("routes_to"):
+        ip = module.get_bin_path("ip")
+
+        def run(argv: list[str]) -> tuple[int, str, str]:
+            if not ip:  # run_command would fail the module
+                return 127, "", "the ip command (iproute2) is not installed"
+            rc, out, err = module.run_command([ip, *argv[1:]])
+            return int(rc), str(out), str(err)
+
+        host["routes"] = {address: route_to(address, run) for address in module.params["routes_to"]}
     module.exit_json(changed=False, ansible_facts={**facts, "sglang_host": host}, **result)
 
 

@@ -17,13 +17,17 @@ from typing import Any
 import pytest
 import yaml
 from fleet import (
+    GATEWAY,
+    GATEWAY_KEYS,
     ROOT,
     Run,
+    chat_requests,
     http_status,
     load_through_router,
     on_host,
     on_host_with_router_client,
     overlay_inventory,
+    registered_workers,
     run_playbook,
     wait_until,
 )
@@ -34,10 +38,8 @@ PROMETHEUS = "http://127.0.0.1:19090"
 # Scraped and evaluated every second, "down" after 3 s (the playbook's defaults: 15 s and 2 m).
 FAST_ALERTS = {"sglang_prometheus_scrape_interval": "1s", "sglang_alert_down_for": "3s"}
 STOPPED = ("b200", "sglang-30002")
-# The fleet gateway of inventory/sandbox-on-network.yml, as ct129 reaches it, and its keys file there.
-GATEWAY = "http://127.0.0.1:30200"
+# The fleet gateway of inventory/sandbox-on-network.yml is ct129's (fleet.GATEWAY, as ct129 reaches it).
 ROUTER = "http://127.0.0.1:30100"
-GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
 ROUTER_KEYS = "/etc/sglang-fleet/secrets/router.json"
 # b200 in two instance groups: five workers of the fleet's (mirror's) model, two of the Qwen3.6-27B stand-in.
 MIRROR_MODEL, OTHER_MODEL = "tiny-qwen3.5", "qwen3.6-27b"
@@ -164,33 +166,6 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(keyed: Keyed
     assert all(API_KEY not in json.dumps(event) for event in bench.events), "the key shows in the bench's -vvv output"
     measured = json.loads((tmp_path / "bench" / "bench.json").read_text())["endpoints"]
     assert all(r["failed"] == 0 for endpoint in measured for r in endpoint["results"]), "the key reached the servers"
-
-
-def registered_workers(host: str = "ct129", url: str = GATEWAY, keys_file: str = GATEWAY_KEYS) -> dict[str, tuple[str, bool]]:
-    """A router's workers (URL -> the model it routes to them, healthy), listed with its admin key inside its host (by
-    default ct129's gateway); none while it does not answer (starting)."""
-    script = (
-        "import json, sys, urllib.request\n"
-        "key = json.load(open(sys.argv[2]))['admin_key']\n"
-        "request = urllib.request.Request(sys.argv[1] + '/workers', headers={'Authorization': 'Bearer ' + key})\n"
-        "try:\n    workers = json.load(urllib.request.urlopen(request, timeout=30))['workers']\n"
-        "except OSError:\n    workers = []\n"
-        "print(json.dumps({worker['url']: [worker['model_id'], worker['is_healthy']] for worker in workers}))\n"
-    )
-    listed = json.loads(on_host(host, "python3", "-c", script, url, keys_file))
-    return {url: (model, healthy) for url, (model, healthy) in listed.items()}
-
-
-def chat_requests(host: str, port: int) -> float:
-    """The chat completions an instance answered (its sglang:http_requests_total), read inside its host."""
-    text = on_host(
-        host,
-        "python3",
-        "-c",
-        f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())",
-    )
-    series = 'sglang:http_requests_total{endpoint="/v1/chat/completions",method="POST"} '
-    return sum(float(line[len(series) :]) for line in text.splitlines() if line.startswith(series))
 
 
 def test_the_gateway_routes_each_request_to_the_workers_of_the_model_it_names(keyed: Keyed) -> None:

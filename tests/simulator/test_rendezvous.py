@@ -1,7 +1,7 @@
 """SGLang's multi-node start as the simulator plays it (sglang_simulator/rendezvous.py): rank 0 waits at the
 rendezvous for the other nodes, a missing node fails its start after --dist-timeout with torch's message, a
-node of another rank answers /health alone, and a node whose peer goes away crashes. Read in SGLang 0.5.17's
-source; to be pinned by issue 42's recording of a node rank 0 of 2 with its peer missing.
+node of another rank answers /health alone, and a node whose peer goes away crashes (Gloo's "Connection closed
+by peer", read in SGLang 0.5.17's source). The rank 0 start with its peer missing is pinned by its recording.
 """
 
 from __future__ import annotations
@@ -49,7 +49,24 @@ def test_rank_0_waits_for_the_other_node_then_serves_and_fails_when_it_goes(
     assert rank0.get("/server_info").status == 200
     rank1.stop()
     rank0.proc.wait(timeout=10)
-    assert "a peer node left the process group" in rank0.stop()
+    assert "Connection closed by peer [127.0.0.1]:" in rank0.stop()
+
+
+def test_a_node_that_goes_while_rank_0_loads_fails_rank_0s_start(
+    start_server: Start, model_dir: Path, sim_env: Env
+) -> None:
+    """The weights load with collectives too: a peer stopped then fails rank 0's launch (from the source)."""
+    rendezvous = free_port()
+    rank0 = start_server(node_args(model_dir, 0, rendezvous, 30), SGLANG_SIM_LOAD_SECONDS="30")
+    rank1 = start_server(
+        node_args(model_dir, 1, rendezvous, 30), SGLANG_SIM_STATE_DIR=str(sim_env.tmp / "node1")
+    )
+    rank1.wait_ready()
+    rank1.stop()
+    assert rank0.proc.wait(timeout=10) == -signal.SIGKILL
+    output = rank0.stop()
+    assert "Connection closed by peer [127.0.0.1]:" in output
+    assert "Received sigquit from a child process. It usually means the child failed." in output
 
 
 def test_a_missing_node_fails_rank_0_after_the_timeout_with_torchs_message(

@@ -278,3 +278,85 @@ def test_every_node_of_a_group_any_node_names_acts_together(node_plan: Plan) -> 
     assert node_instances(mine, hostvars, "_sglang_server_nodes_failed") == []
     hostvars["ct129"]["_sglang_server_nodes_changed"] = ["other"]
     assert node_instances(mine, hostvars, "_sglang_server_nodes_changed") == []
+
+
+def test_preflight_checks_every_node_reaches_rank_0s_rendezvous_port(node_plan: Plan) -> None:
+    from ansible_collections.sglang.fleet.plugins.module_utils.multinode import rendezvous_checks, unreached_problems
+
+    zero, one = node_plan("ct129")["instances"], node_plan("ct130")["instances"]
+    # Rank 0 listens for the check where nothing listens yet, until its one other node connected.
+    assert rendezvous_checks(zero, []) == {"listen": [{"port": 25000, "connections": 1, "seconds": 15}], "reach": []}
+    # Its running rank 0 (or another program, which the plan names) holds the port: reached as it is.
+    assert rendezvous_checks(zero, [{"port": 25000}]) == {"listen": [], "reach": []}
+    reach = {"instance": "sglang-30000", "group": "big", "rank_0": "ct129", "address": "10.0.0.29", "port": 25000, "seconds": 5}
+    assert rendezvous_checks(one, [{"port": 25000}]) == {"listen": [], "reach": [reach]}
+    # An instance on one host takes no part.
+    assert rendezvous_checks(node_plan(group={"name": "solo"})["instances"], []) == {"listen": [], "reach": []}
+    # As registered with failed_when: false (wait_for's own results: connected, or why not).
+    reached = [{"item": reach, "state": "started", "port": 25000, "elapsed": 0, "failed": False}]
+    assert unreached_problems("ct130", [*reached, {"item": reach, "skipped": True}]) == []
+    timeout = "Timeout when waiting for 10.0.0.29:25000"
+    timed_out = [{"item": reach, "msg": timeout, "elapsed": 5, "failed": False, "failed_when_result": False}]
+    assert unreached_problems("ct130", timed_out) == [
+        "ct130 instance sglang-30000: sglang_instance_groups.big.rendezvous_port=25000: node ct130 cannot reach rank 0"
+        " (ct129) at 10.0.0.29:25000 within 5 s (Timeout when waiting for 10.0.0.29:25000); fix: let the nodes reach"
+        " ct129's port 25000 (a firewall rule), or set the address they reach ct129 at (sglang_advertise_host or"
+        " ansible_host of ct129)"
+    ]
+
+
+def test_without_an_interface_each_node_takes_the_one_its_route_to_another_node_leaves_on(node_plan: Plan) -> None:
+    """Rank 1 and on: the route to rank 0; rank 0: the route to rank 1 (its own name may resolve, on it, to another of
+    its interfaces than the one the others reach it on)."""
+    group = {key: value for key, value in BIG.items() if key != "network_interface"}
+    routes = {
+        "routes": {"10.0.0.29": {"ip": "10.0.0.29", "interface": "ens5"}, "10.0.0.30": {"ip": "10.0.0.30", "interface": "ens6"}}
+    }
+    for node, interface in (("ct129", "ens6"), ("ct130", "ens5")):
+        [instance] = node_plan(node, group=group, facts=routes)["instances"]
+        assert instance["environment"]["NCCL_SOCKET_IFNAME"] == interface == instance["environment"]["GLOO_SOCKET_IFNAME"]
+    # Unknown (the route's error) or loopback: NCCL and Gloo choose their own.
+    for route in ({"error": "10.0.0.29 does not resolve here"}, {"ip": "10.0.0.29", "interface": "lo"}):
+        [instance] = node_plan("ct130", group=group, facts={"routes": {"10.0.0.29": route}})["instances"]
+        assert "NCCL_SOCKET_IFNAME" not in instance["environment"]
+    # A group's own network_interface wins.
+    [instance] = node_plan("ct130", facts=routes)["instances"]
+    assert instance["environment"]["NCCL_SOCKET_IFNAME"] == "eth1"
+
+
+def test_the_route_to_rank_0_is_read_with_ip_on_the_host() -> None:
+    from ansible_collections.sglang.fleet.plugins.module_utils.multinode import route_to
+
+    said: dict[str, tuple[int, str, str]] = {
+        "ip -o route get 10.0.0.29": (0, "10.0.0.29 dev ens5 src 10.0.0.30 uid 0 \\    cache ", ""),
+        "ip -o route get 10.0.0.30": (0, "local 10.0.0.30 dev lo table local src 10.0.0.30 uid 0 \\    cache <local> ", ""),
+        "ip -o addr show to 10.0.0.30": (0, "2: ens5    inet 10.0.0.30/24 brd 10.0.0.255 scope global ens5\\n", ""),
+        "ip -o route get 192.0.2.1": (2, "", "RTNETLINK answers: Network is unreachable"),
+    }
+    asked: list[str] = []
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        asked.append(" ".join(argv))
+        return said[" ".join(argv)]
+
+    assert route_to("10.0.0.29", run) == {"ip": "10.0.0.29", "interface": "ens5"}
+    # Rank 0's own address: the interface that holds it, not loopback.
+    assert route_to("10.0.0.30", run) == {"ip": "10.0.0.30", "interface": "ens5"}
+    unreachable = "ip route get 192.0.2.1: RTNETLINK answers: Network is unreachable"
+    assert route_to("192.0.2.1", run) == {"ip": "192.0.2.1", "error": unreachable}
+    assert "does not resolve here" in route_to("no-such-host.invalid", run)["error"]
+    assert asked == list(said)
+
+
+def test_a_node_of_another_rank_alone_on_its_host_needs_nothing_of_the_gateway(node_plan: Plan) -> None:
+    """It is no worker of the fleet gateway: neither its (empty) remote URL nor the gateway's reach is a problem."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_gateway_problems
+
+    hostvars = node_hostvars(node_plan)
+    hostvars["ct129"]["sglang_gateway"] = {"bind": "127.0.0.1", "url": "http://127.0.0.1:30200", "remote_url": ""}
+    rank_1 = hostvars["ct130"]["sglang_instances"]
+    assert sglang_gateway_problems("ct130", ["ct129"], hostvars, NODES, NODES, rank_1, "0.0.0.0", "") == []
+    # Rank 0's host on another host than the gateway would be: its worker must be reachable.
+    rank_0 = hostvars["ct129"]["sglang_instances"]
+    [line, *_] = sglang_gateway_problems("ct130", ["ct129"], hostvars, NODES, NODES, rank_0, "127.0.0.1", "")
+    assert "cannot reach them on loopback" in line

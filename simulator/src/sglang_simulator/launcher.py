@@ -324,6 +324,9 @@ class Launch:
                 return 0
             return self._crash(f"RuntimeError: {knobs.fail_at_start}")
         if self._wait(knobs.load_seconds):
+            if self.lost:
+                # A peer node went away while the weights loaded: their collectives fail (module rendezvous).
+                return self._crash(self.lost)
             self._cleanup()
             return 0
         elapsed = time.monotonic() - start

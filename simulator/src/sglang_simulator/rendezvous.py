@@ -7,11 +7,30 @@ it): the scheduler logs ``Init torch distributed begin.`` and waits at the rende
 TCPStore at --dist-init-addr) for --dist-timeout seconds, then fails with ``torch.distributed.DistStoreError:
 Timed out after <timeout + 1> seconds waiting for clients. <joined>/<world size> clients joined.``, and the
 server SIGKILLs itself; tensor x pipeline parallel that does not divide over the nodes is refused by
-check_server_args (exit 1). Read in the source (entrypoints/engine.py, utils/common.py), not recorded: the
-timeout is torch's default for NCCL, 600 s, when --dist-timeout is unset; a node of another rank runs its
-schedulers only, and once they joined ``launch_dummy_health_check_server`` answers ``/health``,
-``/health_generate`` and ``/ping`` with 200 on its --port, nothing else. The simulator's own until recorded:
-the message of a node of another rank that cannot reach rank 0, and what a node says when a peer goes away.
+check_server_args (exit 1).
+
+Recorded on real 0.5.17 as node rank 1 of 2 whose rank 0 never starts
+(tests/recordings/sglang-0.5.17-h100-multinode-rank1/, tests/contract/test_multinode_rank1.py replays it):
+after ``Init torch distributed begin.`` torch's TCPStore client retries rank 0's address until
+--dist-timeout, then ``torch.distributed.DistNetworkError: The client socket has timed out after <timeout>ms
+while trying to connect to (<host>, <port>).``, and the server SIGKILLs itself; its --port refuses
+connections all the while. Real SGLang exits after the timeout plus torch's random retry delay (34 s for
+20); the simulator at the timeout. Without --dist-timeout it was still waiting after 242 s; the timeout is
+then torch's default for NCCL, 600 s (that machine's torch.distributed.constants; read in the source, not
+waited out). Read in the source (entrypoints/engine.py, utils/common.py), not recorded: a node of another
+rank runs its schedulers only, and once they joined ``launch_dummy_health_check_server`` answers
+``/health``, ``/health_generate`` and ``/ping`` with 200 on its --port, nothing else.
+
+A peer node that goes away (stopped, crashed, its host lost), read in 0.5.17's source, not recorded (one GPU
+cannot run two nodes: NCCL refuses two ranks on one device): every turn of every scheduler's event loop, idle
+or not, broadcasts the new requests from the first tensor parallel rank to the others over the Gloo CPU
+group (managers/scheduler_components/request_receiver.py, ``recv_requests`` -> ``broadcast_pyobj``), and
+weight loading and CUDA graph capture run collectives too. So the survivor's scheduler fails within a turn:
+Gloo's TCP pair reads end of stream, ``Connection closed by peer [host]:port``; ``run_scheduler_process``
+logs ``Scheduler hit an exception``, sends SIGQUIT to the server, which kills its process tree. Rank 0's HTTP
+server goes with it (``/health_generate`` stops answering), and, restarted by systemd, rank 0 waits at the
+rendezvous again until the node comes back or --dist-timeout ends it (recorded above). The exception's file
+prefix is the simulator's own.
 
 The simulator's rendezvous is a line protocol on that TCP port: a node of another rank sends its rank, rank
 0 answers ``ready`` once every node joined; each side keeps its connection and crashes when the other's
@@ -131,10 +150,10 @@ def join(node: Node, stopped: Callable[[], bool]) -> None:
         except OSError:
             pass
         if time.monotonic() >= deadline:
-            # Not pinned by a recording (module docstring).
+            # Recorded (module docstring): torch's TCPStore client, --dist-timeout in milliseconds.
             raise RendezvousError(
                 "torch.distributed.DistNetworkError: The client socket has timed out after "
-                f"{int(node.timeout)}s while trying to connect to ({node.host}, {node.port})."
+                f"{int(node.timeout * 1000)}ms while trying to connect to ({node.host}, {node.port})."
             )
         time.sleep(0.2)
 
@@ -145,15 +164,17 @@ def watch(node: Node, lost: Callable[[str], None]) -> None:
     def follow(peer: socket.socket) -> None:
         peer.settimeout(None)
         try:
+            address, port = peer.getpeername()[:2]
+            host = str(address).removeprefix("::ffff:")
+        except OSError:
+            host, port = node.host, node.port
+        try:
             while peer.recv(64):
                 pass
         except OSError:
             pass
-        # Not pinned by a recording (module docstring).
-        lost(
-            "torch.distributed.DistBackendError: NCCL communicator was aborted: "
-            "a peer node left the process group"
-        )
+        # Read from the source, not recorded (module docstring): Gloo's TCP pair fails the broadcast.
+        lost(f"RuntimeError: [gloo/transport/tcp/pair.cc] Connection closed by peer [{host}]:{port}")
 
     for peer in node.peers:
         threading.Thread(target=follow, args=(peer,), name="rendezvous-peer", daemon=True).start()
