@@ -228,6 +228,17 @@ def unit_property(host: str, unit: str, name: str) -> str:
 
 
 LOAD_CLIENT = Path(__file__).resolve().parent / "integration/load_client.py"
+# The sandbox's throw-away test CA and the fleet gateway's certificate (inventory/sandbox-on-network.yml names them),
+# made at run time by scripts/test_ca.py (`make sandbox-prometheus` too), and the CA as every sandbox host keeps it.
+SANDBOX_TLS = ROOT / "build/sandbox-tls"
+SANDBOX_CA = "/etc/sglang-fleet/secrets/gateway-ca.pem"
+
+
+def sandbox_test_ca() -> Path:
+    """The sandbox's test CA and the gateway's certificate (for ct129, b200 and loopback), made once, kept while valid."""
+    names = ["ct129", "b200", "127.0.0.1", "localhost"]
+    subprocess.run([sys.executable, str(ROOT / "scripts/test_ca.py"), str(SANDBOX_TLS), *names], check=True)
+    return SANDBOX_TLS
 
 
 def router_key() -> str:
@@ -258,7 +269,7 @@ def load_through_router(
     errors, fewest and most workers in rotation."""
     on_host(host, "rm", "-f", "/tmp/stop-load")
     load = subprocess.Popen(
-        ["docker", "exec", "-i", host, "python3", "-", router, "900", str(clients), keys_file, model],
+        ["docker", "exec", "-i", host, "python3", "-", router, "900", str(clients), keys_file, model, SANDBOX_CA],
         stdin=LOAD_CLIENT.open("rb"),
         stdout=subprocess.PIPE,
         text=True,

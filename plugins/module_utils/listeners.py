@@ -232,6 +232,7 @@ def open_url(
     this_host_only: bool = False,
     ca_file: str = "",
     variable: str = "",
+    ca_data: str = "",
 ) -> Any:
     """One HTTP request; its answer as `ansible.module_utils.urls.open_url` gives it (a response to read and close;
     urllib.error.HTTPError for a status >= 400). With `units` (a request that carries a key), on a connection to this
@@ -239,13 +240,13 @@ def open_url(
     otherwise); such a request goes straight to `url` (no proxy, no redirect followed). With `this_host_only`, such a
     request over plain HTTP to another host sends nothing either (ListenerError, naming `variable`, the setting that
     gives that server TLS): a key leaves its host only over TLS. An https URL is verified against `ca_file` (a PEM CA
-    bundle: the fleet's own CA) when given, else against the system's CAs. No `units`: Ansible's open_url (a request
-    without a secret), verified the same way."""
+    bundle: the fleet's own CA) or `ca_data` (its PEM text) when given, else against the system's CAs. No `units`:
+    Ansible's open_url (a request without a secret), verified the same way."""
     # Imported here: deploy's probe imports this module on every host (http.client and Ansible's urls cost ~25 ms).
     import http.client
     import urllib.error
 
-    if not units:
+    if not units and not ca_data:
         from ansible.module_utils.urls import open_url as ansible_open_url
 
         extra = {"ca_path": ca_file} if ca_file else {}
@@ -259,7 +260,10 @@ def open_url(
         import ssl
 
         connection = http.client.HTTPSConnection(
-            parts.hostname, parts.port, timeout=timeout, context=ssl.create_default_context(cafile=ca_file or None)
+            parts.hostname,
+            parts.port,
+            timeout=timeout,
+            context=ssl.create_default_context(cafile=ca_file or None, cadata=ca_data or None),
         )
     else:
         connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
@@ -270,7 +274,8 @@ def open_url(
             raise ListenerError(
                 f"{url} is another host's, over plain HTTP: no key was sent (a key leaves its host only over TLS){fix}"
             )
-        verify_connection(connection.sock, url, units)
+        if units:
+            verify_connection(connection.sock, url, units)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         # Connection: close, as urllib sends it: the socket closes with the response.
         connection.request(method, target, body=data, headers={**(headers or {}), "Connection": "close"})

@@ -175,6 +175,7 @@ def remove_worker(
     )
     if status != 404:  # 404: removed meanwhile
         _expect(status, body, 202, f"DELETE /workers/{worker['id']} ({worker_url})")
+
     def gone() -> bool:
         return find_worker(router_url, worker_url, api_key, http_timeout, ca_file) is None
 
