@@ -178,7 +178,8 @@ def main() -> int:
     for line in startup_lines(first["startup"]):
         print(line)
     print(
-        f"  rolling restart through the fleet gateway over https (ct129 + b200) {fleet['duration']:.1f} s for {fleet['instances']} "
+        f"  rolling restart through the fleet gateway over https (ct129 + b200) {fleet['duration']:.1f} s "
+        f"for {fleet['instances']} "
         f"instances, {fleet['failed']} of {fleet['requests']} requests failed, "
         f"{out_of_rotation(fleet)} worker(s) out of rotation at most"
     )
