@@ -259,6 +259,10 @@ def test_the_gateway_serves_tls_that_only_a_client_with_the_fleets_ca_trusts(key
     assert "PRIVATE KEY" not in json.dumps(keyed.deployed.events), "the gateway's key shows in the deploy's output"
     unit = on_host("ct129", "systemctl", "cat", "sglang-gateway.service")
     assert "--tls-cert-path" in unit and "--tls-key-path" in unit
+    # The gateway's unit stays as confined as every other (issue 38: systemd-analyze security <= 3.0).
+    exposure = on_host("ct129", "systemd-analyze", "security", "--no-pager", "sglang-gateway.service").strip().splitlines()[-1]
+    print(exposure)
+    assert float(exposure.split(": ")[1].split()[0]) <= 3.0, exposure
 
 
 def changes_said(run: Run) -> dict[str, str]:
