@@ -29,6 +29,10 @@ class ListenerError(Exception):
     """A key was about to go to a port held by a process other than the expected unit's: nothing was sent."""
 
 
+class PlainHttpRefused(ListenerError):
+    """A key was about to go to another host over plain HTTP (open_url's `this_host_only`): nothing was sent."""
+
+
 def unit_of(pid: int, proc: str = "/proc") -> str | None:
     """The system service a process runs in, from its cgroup path (v1 or v2): the path's last part, a `.service` right
     under `system.slice`. A process in any user's tree (`user.slice`, `user@UID.service`) runs in no system service,
@@ -271,7 +275,7 @@ def open_url(
         connection.connect()
         if this_host_only and parts.scheme == "http" and not is_local(endpoint(connection.sock.getpeername())[0]):
             fix = f": give that server TLS ({variable}) and use its https URL" if variable else ""
-            raise ListenerError(
+            raise PlainHttpRefused(
                 f"{url} is another host's, over plain HTTP: no key was sent (a key leaves its host only over TLS){fix}"
             )
         if units:

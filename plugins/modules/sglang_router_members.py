@@ -104,12 +104,18 @@ from ansible_collections.sglang.fleet.plugins.module_utils import listeners, saf
 
 
 def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) -> str | None:
-    """None when the worker answers 200 on `path`, else why not."""
+    """None when the worker answers 200 on `path`, else why not. Another host's worker over plain HTTP (a fleet
+    gateway's) is asked without the key, which would cross the network in the clear (SGLang's /health_generate needs
+    none)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         # The workers' key goes only to the instance itself (a squatter on its port while it loads gets nothing).
         units = {listeners.instance_unit(url)} if api_key else ()
-        with listeners.open_url(url.rstrip("/") + path, units, timeout, headers=headers) as response:
+        try:
+            response = listeners.open_url(url.rstrip("/") + path, units, timeout, headers=headers, this_host_only=True)
+        except listeners.PlainHttpRefused:
+            response = listeners.open_url(url.rstrip("/") + path, (), timeout)
+        with response:
             status = int(response.status)
     except urllib.error.HTTPError as error:
         status = int(error.code)
