@@ -43,9 +43,10 @@ sandbox-newest: $(VENV_NEWEST)/.installed sandbox-hosts mirror ## Deploy the san
 status: venv ## Print every sandbox instance with its URL and health
 	ansible-playbook playbooks/status.yml $(SANDBOX)
 
-# The sandbox's servers and router on every address (with a test API key), and a real Prometheus on the sandbox's own
-# network scraping them; `make sandbox` puts them back on loopback.
+# The sandbox's servers and router on every address (with a test API key; the gateway over https with a test CA made
+# here), and a real Prometheus on the sandbox's own network scraping them; `make sandbox` puts them back on loopback.
 sandbox-prometheus: sandbox-hosts mirror ## The sandbox listening on its network, and Prometheus there on http://127.0.0.1:19090
+	python scripts/test_ca.py build/sandbox-tls ct129 b200 127.0.0.1 localhost
 	ansible-playbook deploy.yml $(SANDBOX) -e @inventory/sandbox-on-network.yml
 	ansible-playbook playbooks/sandbox-prometheus.yml $(SANDBOX) -e @inventory/sandbox-on-network.yml
 

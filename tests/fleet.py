@@ -228,6 +228,17 @@ def unit_property(host: str, unit: str, name: str) -> str:
 
 
 LOAD_CLIENT = Path(__file__).resolve().parent / "integration/load_client.py"
+# The sandbox's throw-away test CA and the fleet gateway's certificate (inventory/sandbox-on-network.yml names them),
+# made at run time by scripts/test_ca.py (`make sandbox-prometheus` too), and the CA as every sandbox host keeps it.
+SANDBOX_TLS = ROOT / "build/sandbox-tls"
+SANDBOX_CA = "/etc/sglang-fleet/secrets/gateway-ca.pem"
+
+
+def sandbox_test_ca() -> Path:
+    """The sandbox's test CA and the gateway's certificate (for ct129, b200 and loopback), made once, kept while valid."""
+    names = ["ct129", "b200", "127.0.0.1", "localhost"]
+    subprocess.run([sys.executable, str(ROOT / "scripts/test_ca.py"), str(SANDBOX_TLS), *names], check=True)
+    return SANDBOX_TLS
 
 
 def router_key() -> str:
@@ -258,7 +269,7 @@ def load_through_router(
     errors, fewest and most workers in rotation."""
     on_host(host, "rm", "-f", "/tmp/stop-load")
     load = subprocess.Popen(
-        ["docker", "exec", "-i", host, "python3", "-", router, "900", str(clients), keys_file, model],
+        ["docker", "exec", "-i", host, "python3", "-", router, "900", str(clients), keys_file, model, SANDBOX_CA],
         stdin=LOAD_CLIENT.open("rb"),
         stdout=subprocess.PIPE,
         text=True,
@@ -272,8 +283,10 @@ def load_through_router(
         report.update(json.loads(output.strip().splitlines()[-1]))
 
 
-# A fleet gateway as its own host reaches it, and its keys file there.
-GATEWAY = "http://127.0.0.1:30200"
+# The fleet gateway of inventory/sandbox-on-network.yml (over https, with the sandbox's test CA) as its own host
+# reaches it, and its keys file there; inventory/sandbox-span's gateway serves plain http on span0's loopback.
+GATEWAY = "https://127.0.0.1:30200"
+SPAN_GATEWAY = "http://127.0.0.1:30200"
 GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
 
 
@@ -281,14 +294,15 @@ def registered_workers(host: str = "ct129", url: str = GATEWAY, keys_file: str =
     """A router's workers (URL -> the model it routes to them, healthy), listed with its admin key inside its host (by
     default ct129's gateway); none while it does not answer (starting)."""
     script = (
-        "import json, sys, urllib.request\n"
+        "import json, ssl, sys, urllib.request\n"
         "key = json.load(open(sys.argv[2]))['admin_key']\n"
         "request = urllib.request.Request(sys.argv[1] + '/workers', headers={'Authorization': 'Bearer ' + key})\n"
-        "try:\n    workers = json.load(urllib.request.urlopen(request, timeout=30))['workers']\n"
+        "tls = ssl.create_default_context(cafile=sys.argv[3]) if sys.argv[1].startswith('https:') else None\n"
+        "try:\n    workers = json.load(urllib.request.urlopen(request, timeout=30, context=tls))['workers']\n"
         "except OSError:\n    workers = []\n"
         "print(json.dumps({worker['url']: [worker['model_id'], worker['is_healthy']] for worker in workers}))\n"
     )
-    listed = json.loads(on_host(host, "python3", "-c", script, url, keys_file))
+    listed = json.loads(on_host(host, "python3", "-c", script, url, keys_file, SANDBOX_CA))
     return {url: (model, healthy) for url, (model, healthy) in listed.items()}
 
 

@@ -35,7 +35,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     secrets: never logged, never in a diff), rendered once per instance to the path its planned `files` give under
     `file` (unit, environment, secret; an instance without that file, e.g. a key file without a key, gets none);
     `files`, each {src, dest, owner, group, mode, template, vars, private}, a file of the role's files/ copied as it
-    is (or of templates/, rendered, with `template`, and `vars`, variables of that file alone), or {content, dest,
+    is (an absolute `src`: that file of the control node, e.g. the operator's certificate and key; or of templates/,
+    rendered, with `template`, and `vars`, variables of that file alone), or {content, dest,
     ...} with the content given (`private` as for templates), or {module_utils, dest, ...}, a file of this collection's
     module_utils copied as it is (a helper that runs outside Ansible uses the modules' code, not a copy of it);
     `loop_var` (the name the templates know the instance by, default sglang_server_instance); `read`, what to read on

@@ -17,6 +17,10 @@ NVIDIA_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-
 
 
 def _router_process(kind: str, spec: Mapping[str, Any], description: str, **members: Any) -> dict[str, Any]:
+    # Over TLS (a fleet gateway with sglang_gateway_tls_cert): smg 1.13.0's --tls-cert-path/--tls-key-path (recorded:
+    # tests/recordings/smg-1.13.0-tls), its certificate and key files on the host (`tls_files`, which restart it when
+    # they change), and the CA the fleet's clients verify it with (`ca_file`, "" for the system's CAs).
+    tls = [spec["tls_cert_path"], spec["tls_key_path"]] if spec.get("tls_cert_path") else []
     return {
         "kind": kind,
         "enabled": spec["enabled"],
@@ -26,11 +30,13 @@ def _router_process(kind: str, spec: Mapping[str, Any], description: str, **memb
         "keys_file": spec["keys_file"],
         "description": description,
         "workers_file": spec["workers_file"],
+        "tls_files": tls,
+        "ca_file": str(spec.get("ca_file") or ""),
         **members,
         "argv": [
             "--host", spec["host"], "--port", str(spec["port"]),
             "--prometheus-host", spec["prometheus_host"], "--prometheus-port", str(spec["prometheus_port"]),
-        ],
+        ] + (["--tls-cert-path", tls[0], "--tls-key-path", tls[1]] if tls else []),
     }  # fmt: skip
 
 
@@ -38,9 +44,10 @@ def sglang_router_processes(instances: Sequence[Mapping[str, Any]], settings: Ma
     """The host's sglang-router processes, each a systemd service with its own port, keys file and workers: the host's
     router (`settings.router`: in front of its own `instances`) and the fleet gateway (`settings.gateway`, in front of
     `settings.gateway_members`: every host's instances). Each of `router` and `gateway` gives enabled, unit, url, host,
-    port, prometheus_host, prometheus_port, keys_file and workers_file. `displaced`: the units a new shape stops first
-    (role sglang_plan: sglang_reshape), drained from every process that routes to them; a process in front of more than
-    one model (`gateway_models`: the fleet's) runs sglang-router's multi-model mode (`by_model`)."""
+    port, prometheus_host, prometheus_port, keys_file and workers_file (and optionally tls_cert_path, tls_key_path:
+    its certificate and key on the host, and ca_file: the CA its clients verify it with). `displaced`: the units a new
+    shape stops first (role sglang_plan: sglang_reshape), drained from every process that routes to them; a process in
+    front of more than one model (`gateway_models`: the fleet's) runs sglang-router's multi-model mode (`by_model`)."""
     router, gateway = settings["router"], settings["gateway"]
     # The instances a router reaches: an instance across hosts at its rank 0 alone (`serves_http`, role sglang_plan).
     served = [instance for instance in instances if instance.get("serves_http", True)]

@@ -150,7 +150,9 @@ def sglang_gateway_problems(
 ) -> list[str]:
     """What keeps the fleet gateways (`gateways`, inventory hosts) from routing to this host's instances, or this
     host's rollouts from draining them there: a gateway that is not a server host or not in this run, this host's
-    servers on loopback or with another key than the gateway's, a gateway that binds loopback only."""
+    servers on loopback or with another key than the gateway's, a gateway that binds loopback only, a gateway that
+    other hosts reach over plain http (their rollouts would send it its admin key across the network in the clear,
+    and its clients their key and prompts: issue 38)."""
     found: list[tuple[str, str, Any, str, str]] = []  # where, variable, value, cause, fix
     # The gateway's workers here: not a node of another rank of an instance across hosts, which serves no HTTP.
     instances = [instance for instance in instances if instance.get("serves_http", True)]
@@ -212,12 +214,27 @@ def sglang_gateway_problems(
                         f"set sglang_gateway_host: 0.0.0.0 on {gateway} (with sglang_api_key)",
                     )
                 )
+        if published and str(published.get("remote_url") or "").startswith("http://"):
+            found.append(
+                (
+                    where,
+                    "sglang_gateway_tls_cert",
+                    "",
+                    f"the gateway listens beyond loopback ({published.get('bind')}) over plain http: the rollouts' admin "
+                    "key, the clients' key and their prompts would cross the network in the clear",
+                    f"give the gateway on {gateway} TLS: sglang_gateway_tls_cert, sglang_gateway_tls_key (and "
+                    "sglang_gateway_tls_ca for its clients), or bind it to loopback (sglang_gateway_host)",
+                )
+            )
     return [problem_line(host, *problem) for problem in found]
 
 
-def sglang_gateway_routes(hostvars: Mapping[str, Any], host: str, gateways: Sequence[str]) -> list[dict[str, str]]:
+def sglang_gateway_routes(
+    hostvars: Mapping[str, Any], host: str, gateways: Sequence[str], ca_file: str = ""
+) -> list[dict[str, str]]:
     """The fleet gateways a rollout on `host` drains its instances from (sglang_rollout's `gateways`): each as this host
-    reaches it, with its admin key, its keys file on its own host, and the instance URL it knows workers by."""
+    reaches it, with its admin key, its keys file on its own host, the instance URL it knows workers by, and the CA file
+    on `host` that a gateway over TLS is verified with (`ca_file`, "" for the system's CAs)."""
     routes = []
     for gateway in gateways:
         published = hostvars[gateway].get("sglang_gateway") or {}
@@ -231,6 +248,7 @@ def sglang_gateway_routes(hostvars: Mapping[str, Any], host: str, gateways: Sequ
                     "admin_key": published.get("admin_key") or "",
                     "keys_file": (published.get("keys_file") or "") if local else "",
                     "worker_url": "url" if local else "remote_url",
+                    "ca_file": ca_file,
                 }
             )
     return routes
@@ -282,12 +300,61 @@ def sglang_router_member_reads(
             "models": dict(process["models"]),
             "workers_file": process["workers_file"],
             "api_key": admin_keys.get(process["kind"]) or api_key,
+            "ca_file": process.get("ca_file") or "",
         }
         for process in processes
     ]
 
 
 UNIT_DIR = "/etc/systemd/system"
+# The fleet gateway's TLS files on a host, in the secrets folder (root's, 0750, the servers' group).
+TLS_FILES = {"cert": "gateway-tls.pem", "key": "gateway-tls.key", "ca": "gateway-ca.pem"}
+
+
+def sglang_gateway_tls(host: str, settings: Mapping[str, Any], service: Mapping[str, Any]) -> dict[str, Any]:
+    """The fleet gateway's TLS on `host` (issue 38, finding 8). `settings`: {gateway: whether `host` runs one, cert, key,
+    ca: the control node's PEM files (sglang_gateway_tls_cert, _key, _ca)}. Returns the files to write (`files`, as
+    sglang_instance_files takes them: the gateway's certificate and key, root:<servers' group> 0640, so that its
+    account reads them and cannot replace or widen them, the key private: never logged, never in a diff; the CA, root
+    0644, on every host that sets it, what the fleet's clients there verify a gateway with), the paths of those not
+    written, removed when found (`absent`), the paths on the host (`cert_path` and `key_path` when the gateway serves
+    TLS, `ca_file` when there is a CA; "" otherwise), whether it does (`enabled`), and `problems` (lines naming the
+    host and the variable)."""
+    secrets = str(service["secrets_dir"]).rstrip("/")
+    paths = {name: f"{secrets}/{file}" for name, file in TLS_FILES.items()}
+    given = {name: str(settings.get(name) or "") for name in TLS_FILES}
+    problems = [
+        problem_line(host, "gateway", f"sglang_gateway_tls_{name}", value, "not an absolute path of a file on the control node",
+                     "give the PEM file's absolute path on the control node")
+        for name, value in given.items()
+        if value and (not value.startswith("/") or any(ord(char) < 32 or ord(char) == 127 for char in value))
+    ]  # fmt: skip
+    if bool(given["cert"]) != bool(given["key"]):
+        missing = "key" if given["cert"] else "cert"
+        problems.append(
+            problem_line(host, "gateway", f"sglang_gateway_tls_{missing}", "", "the gateway's certificate and key go together",
+                         "set both sglang_gateway_tls_cert and sglang_gateway_tls_key, or neither")
+        )  # fmt: skip
+    enabled = bool(settings.get("gateway")) and bool(given["cert"] and given["key"])
+    files: list[dict[str, Any]] = []
+    if enabled:
+        files += [
+            {"src": given["cert"], "dest": paths["cert"], "owner": "root", "group": service["group"], "mode": "0640"},
+            {"src": given["key"], "dest": paths["key"], "owner": "root", "group": service["group"], "mode": "0640",
+             "private": True},
+        ]  # fmt: skip
+    if given["ca"]:
+        files.append({"src": given["ca"], "dest": paths["ca"], "owner": "root", "group": "root", "mode": "0644"})
+    written = {file["dest"] for file in files}
+    return {
+        "enabled": enabled,
+        "files": [] if problems else files,
+        "absent": [path for path in paths.values() if path not in written],
+        "cert_path": paths["cert"] if enabled else "",
+        "key_path": paths["key"] if enabled else "",
+        "ca_file": paths["ca"] if given["ca"] else "",
+        "problems": problems,
+    }
 
 
 def sglang_router_request(processes: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -297,11 +364,12 @@ def sglang_router_request(processes: Sequence[Mapping[str, Any]], settings: Mapp
     wanted, `legacy_files`) and every process's unit file; the units' state; the vocabulary (`vocabulary`) of a router
     in front of several models; each enabled process's workers, asked with its admin key only when nothing has a problem
     (`ask`); and the settings of the role's decision (module_utils/role_decisions.py: sglang_router). Settings also:
-    role_path, api_key, admin_keys (by kind), service (sglang_service)."""
+    role_path, api_key, admin_keys (by kind), service (sglang_service), tls_files (filter sglang_gateway_tls's)."""
     enabled = [process for process in processes if process["enabled"]]
     unwanted = [process for process in processes if not process["enabled"]]
     files = [*(settings["launcher_files"] if enabled else [])]
     files += sglang_router_process_files(enabled, settings["api_key"], settings["admin_keys"], settings["service"])
+    files += settings.get("tls_files") or []  # the gateway's certificate and key, the fleet's CA (sglang_gateway_tls)
     vocabulary = settings["vocabulary"]
     legacy_files = list(settings["legacy_files"])
     removable = [process["keys_file"] for process in unwanted] + [process["workers_file"] for process in unwanted] + legacy_files
@@ -363,6 +431,7 @@ class FilterModule:
             "sglang_gateway_members": sglang_gateway_members,
             "sglang_gateway_problems": sglang_gateway_problems,
             "sglang_gateway_routes": sglang_gateway_routes,
+            "sglang_gateway_tls": sglang_gateway_tls,
             "sglang_fleet_models": sglang_fleet_models,
             "sglang_router_process_files": sglang_router_process_files,
             "sglang_router_member_reads": sglang_router_member_reads,

@@ -20,20 +20,20 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def http_url(host: str, port: int | str) -> str:
-    """``http://<host>:<port>``, an IPv6 address bracketed."""
-    return f"http://{url_host(host)}:{port}"
+def http_url(host: str, port: int | str, tls: bool = False) -> str:
+    """``http://<host>:<port>`` (``https://`` for a server that serves TLS, `tls`), an IPv6 address bracketed."""
+    return f"{'https' if tls else 'http'}://{url_host(host)}:{port}"
 
 
-def connect_url(listen_host: str, port: int | str) -> str:
+def connect_url(listen_host: str, port: int | str, tls: bool = False) -> str:
     """The URL the fleet's own clients use for a server (or router) bound to `listen_host` on `port`."""
-    return http_url(connect_host(listen_host), port)
+    return http_url(connect_host(listen_host), port, tls)
 
 
-def remote_url(listen_host: str, advertise_host: str, port: int) -> str:
+def remote_url(listen_host: str, advertise_host: str, port: int, tls: bool = False) -> str:
     """The URL other hosts (a fleet gateway) reach a server at: its own bind address when it names one, the host's
     advertised address when it binds every address, "" when it listens on loopback (no other host can reach it)."""
     if is_loopback(listen_host):
         return ""
     host = advertise_host if listen_host in ("0.0.0.0", "::", "") else listen_host
-    return http_url(host, port)
+    return http_url(host, port, tls)

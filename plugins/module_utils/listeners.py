@@ -29,6 +29,10 @@ class ListenerError(Exception):
     """A key was about to go to a port held by a process other than the expected unit's: nothing was sent."""
 
 
+class PlainHttpRefused(ListenerError):
+    """A key was about to go to another host over plain HTTP (open_url's `this_host_only`): nothing was sent."""
+
+
 def unit_of(pid: int, proc: str = "/proc") -> str | None:
     """The system service a process runs in, from its cgroup path (v1 or v2): the path's last part, a `.service` right
     under `system.slice`. A process in any user's tree (`user.slice`, `user@UID.service`) runs in no system service,
@@ -230,21 +234,27 @@ def open_url(
     data: bytes | None = None,
     headers: Mapping[str, str] | None = None,
     this_host_only: bool = False,
+    ca_file: str = "",
+    variable: str = "",
+    ca_data: str = "",
 ) -> Any:
     """One HTTP request; its answer as `ansible.module_utils.urls.open_url` gives it (a response to read and close;
     urllib.error.HTTPError for a status >= 400). With `units` (a request that carries a key), on a connection to this
     host nothing is sent until the process at the other end is one of `units` (verify_connection; ListenerError
     otherwise); such a request goes straight to `url` (no proxy, no redirect followed). With `this_host_only`, such a
-    request over plain HTTP to another host sends nothing either (ListenerError): a key leaves its host only over TLS.
-    No `units`: Ansible's open_url (a request without a secret)."""
+    request over plain HTTP to another host sends nothing either (ListenerError, naming `variable`, the setting that
+    gives that server TLS): a key leaves its host only over TLS. An https URL is verified against `ca_file` (a PEM CA
+    bundle: the fleet's own CA) or `ca_data` (its PEM text) when given, else against the system's CAs. No `units`:
+    Ansible's open_url (a request without a secret), verified the same way."""
     # Imported here: deploy's probe imports this module on every host (http.client and Ansible's urls cost ~25 ms).
     import http.client
     import urllib.error
 
-    if not units:
+    if not units and not ca_data:
         from ansible.module_utils.urls import open_url as ansible_open_url
 
-        return ansible_open_url(url, data=data, headers=dict(headers or {}), method=method, timeout=timeout)
+        extra = {"ca_path": ca_file} if ca_file else {}
+        return ansible_open_url(url, data=data, headers=dict(headers or {}), method=method, timeout=timeout, **extra)
 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -254,17 +264,22 @@ def open_url(
         import ssl
 
         connection = http.client.HTTPSConnection(
-            parts.hostname, parts.port, timeout=timeout, context=ssl.create_default_context()
+            parts.hostname,
+            parts.port,
+            timeout=timeout,
+            context=ssl.create_default_context(cafile=ca_file or None, cadata=ca_data or None),
         )
     else:
         connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
         connection.connect()
         if this_host_only and parts.scheme == "http" and not is_local(endpoint(connection.sock.getpeername())[0]):
-            raise ListenerError(
-                f"{url} is another host's, over plain HTTP: no key was sent (a key leaves its host only over TLS)"
+            fix = f": give that server TLS ({variable}) and use its https URL" if variable else ""
+            raise PlainHttpRefused(
+                f"{url} is another host's, over plain HTTP: no key was sent (a key leaves its host only over TLS){fix}"
             )
-        verify_connection(connection.sock, url, units)
+        if units:
+            verify_connection(connection.sock, url, units)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         # Connection: close, as urllib sends it: the socket closes with the response.
         connection.request(method, target, body=data, headers={**(headers or {}), "Connection": "close"})

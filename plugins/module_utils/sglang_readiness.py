@@ -53,10 +53,11 @@ def death(before: dict[str, str], now: dict[str, str]) -> str | None:
     return None
 
 
-def http_status(url: str, timeout: float = 30.0) -> int | None:
-    """HTTP status of a GET, or None when nothing answers yet."""
+def http_status(url: str, timeout: float = 30.0, ca_data: str = "") -> int | None:
+    """HTTP status of a GET, or None when nothing answers yet (https verified against the CA `ca_data`, PEM text, else
+    the system's CAs)."""
     try:
-        with listeners.open_url(url, (), timeout) as response:
+        with listeners.open_url(url, (), timeout, ca_data=ca_data) as response:
             return int(response.status)
     except urllib.error.HTTPError as error:
         return int(error.code)

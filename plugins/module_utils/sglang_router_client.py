@@ -25,6 +25,9 @@ on smg 1.13.0 (tests/recordings/smg-1.13.0; the same API as sglang-router 0.3.2 
   URLs without a trailing slash.
 * A router started with ``--api-key`` (or ``--control-plane-api-keys``) wants ``Authorization: Bearer <key>`` on
   ``/workers`` (401/403 otherwise).
+* A gateway started with ``--tls-cert-path``/``--tls-key-path`` serves https on its port (recorded:
+  tests/recordings/smg-1.13.0-tls): this client verifies it against `ca_file` (the fleet's CA). A key never goes to
+  another host over plain http: such a request is refused before anything is sent (listeners.ListenerError).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from urllib.parse import urlsplit
 from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write
 
 ADDITION_IN_PROGRESS = "WORKER_CREATE_IN_PROGRESS"  # smg's code for a POST /workers of a URL being added
+# The settings that make a gateway serve https (role sglang_router), named when a key would go to one over plain http.
+TLS_VARIABLE = "sglang_gateway_tls_cert and sglang_gateway_tls_key on the gateway's host"
 
 
 class RouterError(Exception):
@@ -62,7 +67,13 @@ def normalize_url(url: str) -> str:
 
 
 def request(
-    router_url: str, method: str, path: str, payload: dict[str, Any] | None = None, api_key: str = "", timeout: float = 10.0
+    router_url: str,
+    method: str,
+    path: str,
+    payload: dict[str, Any] | None = None,
+    api_key: str = "",
+    timeout: float = 10.0,
+    ca_file: str = "",
 ) -> tuple[int, Any]:
     """Sends one request; returns (HTTP status, decoded JSON or text). Raises RouterError when nothing answers."""
     # Imported here: deploy's probe imports this module on every host, and asks a router only where the host has one
@@ -76,7 +87,11 @@ def request(
     try:
         # The key goes only to the router itself: listeners.ListenerError for a process other than it at that port.
         url = router_url.rstrip("/") + path
-        with listeners.open_url(url, listeners.ROUTER_UNITS, timeout, method=method, data=data, headers=headers) as response:
+        # Another host's gateway only over TLS, verified against the fleet's CA (`ca_file`).
+        with listeners.open_url(
+            url, listeners.ROUTER_UNITS, timeout, method=method, data=data, headers=headers, this_host_only=True,
+            ca_file=ca_file, variable=TLS_VARIABLE,
+        ) as response:  # fmt: skip
             status, body = int(response.status), response.read()
     except urllib.error.HTTPError as error:
         status, body = int(error.code), error.read()
@@ -95,18 +110,21 @@ def _expect(status: int, body: Any, expected: int, what: str) -> Any:
     return body
 
 
-def list_workers(router_url: str, api_key: str = "", timeout: float = 10.0) -> list[dict[str, Any]]:
+def list_workers(router_url: str, api_key: str = "", timeout: float = 10.0, ca_file: str = "") -> list[dict[str, Any]]:
     """The router's registered workers (entries of GET /workers)."""
-    body = _expect(*request(router_url, "GET", "/workers", api_key=api_key, timeout=timeout), 200, "GET /workers")
+    answer = request(router_url, "GET", "/workers", api_key=api_key, timeout=timeout, ca_file=ca_file)
+    body = _expect(*answer, 200, "GET /workers")
     if not isinstance(body, dict) or not isinstance(body.get("workers"), list):
         raise RouterError(f"GET /workers: unexpected answer {str(body)[:300]}")
     return list(body["workers"])
 
 
-def find_worker(router_url: str, worker_url: str, api_key: str = "", timeout: float = 10.0) -> dict[str, Any] | None:
+def find_worker(
+    router_url: str, worker_url: str, api_key: str = "", timeout: float = 10.0, ca_file: str = ""
+) -> dict[str, Any] | None:
     """The router's entry for `worker_url` (matched without trailing slash), or None."""
     wanted = normalize_url(worker_url)
-    for worker in list_workers(router_url, api_key, timeout):
+    for worker in list_workers(router_url, api_key, timeout, ca_file):
         if str(worker.get("url", "")).rstrip("/") == wanted:
             return worker
     return None
@@ -141,6 +159,7 @@ def remove_worker(
     http_timeout: float = 10.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    ca_file: str = "",
 ) -> bool:
     """Unregisters `worker_url` and waits until the router no longer lists it. False when it was not listed.
 
@@ -148,13 +167,19 @@ def remove_worker(
     is still in progress is not cancelled by this.
     """
     deadline = clock() + timeout
-    worker = find_worker(router_url, worker_url, api_key, http_timeout)
+    worker = find_worker(router_url, worker_url, api_key, http_timeout, ca_file)
     if worker is None:
         return False
-    status, body = request(router_url, "DELETE", f"/workers/{worker['id']}", api_key=api_key, timeout=http_timeout)
+    status, body = request(
+        router_url, "DELETE", f"/workers/{worker['id']}", api_key=api_key, timeout=http_timeout, ca_file=ca_file
+    )
     if status != 404:  # 404: removed meanwhile
         _expect(status, body, 202, f"DELETE /workers/{worker['id']} ({worker_url})")
-    if not _wait(lambda: find_worker(router_url, worker_url, api_key, http_timeout) is None, deadline, interval, clock, sleep):
+
+    def gone() -> bool:
+        return find_worker(router_url, worker_url, api_key, http_timeout, ca_file) is None
+
+    if not _wait(gone, deadline, interval, clock, sleep):
         raise WaitTimeout(f"router {router_url} still lists {worker_url} {timeout:.0f} s after DELETE")
     return True
 
@@ -171,6 +196,7 @@ def add_worker(
     http_timeout: float = 10.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    ca_file: str = "",
 ) -> bool:
     """Registers `worker_url` and waits until the router lists it as healthy. False when it already was.
 
@@ -181,18 +207,18 @@ def add_worker(
     """
     url = normalize_url(worker_url)
     deadline = clock() + timeout
-    worker = find_worker(router_url, url, api_key, http_timeout)
+    worker = find_worker(router_url, url, api_key, http_timeout, ca_file)
     if worker is not None:
         if worker.get("is_healthy") is True and not replace:
             return False
-        remove_worker(router_url, url, max(0.0, deadline - clock()), api_key, interval, http_timeout, clock, sleep)
+        remove_worker(router_url, url, max(0.0, deadline - clock()), api_key, interval, http_timeout, clock, sleep, ca_file)
     payload: dict[str, Any] = {"url": url}
     if worker_api_key:
         payload["api_key"] = worker_api_key
     if model_id:
         # The model the worker serves, as clients name it: what the router's multi-model mode routes by.
         payload["model_id"] = model_id
-    status, body = request(router_url, "POST", "/workers", payload, api_key, http_timeout)
+    status, body = request(router_url, "POST", "/workers", payload, api_key, http_timeout, ca_file)
     if status == 409 and isinstance(body, dict) and body.get("code") == ADDITION_IN_PROGRESS:
         # Someone else's addition of this URL (the router's launcher, at start) is under way: wait for it.
         in_progress = re.search(r"with ID ([0-9a-fA-F-]{36})", str(body.get("error", "")))
@@ -202,23 +228,23 @@ def add_worker(
         worker_id = str(body.get("worker_id", "")) if isinstance(body, dict) else ""
 
     def healthy() -> bool:
-        listed = find_worker(router_url, url, api_key, http_timeout)
+        listed = find_worker(router_url, url, api_key, http_timeout, ca_file)
         return listed is not None and listed.get("is_healthy") is True
 
     if not _wait(healthy, deadline, interval, clock, sleep):
         raise WaitTimeout(
             f"router {router_url} does not list {url} as healthy {timeout:.0f} s after POST /workers"
-            f" ({_job_status(router_url, worker_id, api_key, http_timeout)})"
+            f" ({_job_status(router_url, worker_id, api_key, http_timeout, ca_file)})"
         )
     return True
 
 
-def _job_status(router_url: str, worker_id: str, api_key: str, timeout: float) -> str:
+def _job_status(router_url: str, worker_id: str, api_key: str, timeout: float, ca_file: str = "") -> str:
     """The router's background job state for a worker id, for error messages (GET /workers/<id> -> job_status)."""
     if not worker_id:
         return "no worker id in the router's answer"
     try:
-        status, body = request(router_url, "GET", f"/workers/{worker_id}", api_key=api_key, timeout=timeout)
+        status, body = request(router_url, "GET", f"/workers/{worker_id}", api_key=api_key, timeout=timeout, ca_file=ca_file)
     except RouterError as error:
         return str(error)
     job = body.get("job_status") if isinstance(body, dict) else None
@@ -276,12 +302,13 @@ def members_in_sync(
     keep_hosts: Sequence[str] = (),
     models: Mapping[str, str] | None = None,
     workers_file: str | None = None,
+    ca_file: str = "",
 ) -> str | None:
     """None when the router lists every planned worker healthy (with its model), no other (but those of `keep_hosts`),
     and `workers_file` holds those workers; else what differs (sglang_router_members would change it), or why it could
     not tell (never taken as in sync)."""
     try:
-        listed = list_workers(router_url, api_key=api_key)
+        listed = list_workers(router_url, api_key=api_key, ca_file=ca_file)
     except (RouterError, OSError, ValueError, listeners.ListenerError) as error:
         return f"cannot list its workers: {error}"
     wanted = {normalize_url(url): str(model) for url, model in (models or {}).items()}
@@ -297,7 +324,7 @@ def members_in_sync(
 
 
 def routers_differences(routers: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """For each router ({url, workers, keep_hosts, models, workers_file, api_key}), by URL, what sglang_router_members
+    """For each router ({url, workers, keep_hosts, models, workers_file, api_key, ca_file}), by URL, what sglang_router_members
     would change (empty when nothing)."""
     return {
         str(router["url"]): members_in_sync(
@@ -307,6 +334,7 @@ def routers_differences(routers: Sequence[Mapping[str, Any]]) -> dict[str, str]:
             keep_hosts=list(router.get("keep_hosts") or []),
             models=dict(router.get("models") or {}),
             workers_file=router.get("workers_file") or None,
+            ca_file=str(router.get("ca_file") or ""),
         )
         or ""
         for router in routers

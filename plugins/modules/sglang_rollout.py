@@ -118,7 +118,7 @@ options:
     default: ""
   gateways:
     description: >-
-      The fleet gateways that route to these instances, each C({host, url, admin_key, keys_file, worker_url}) - the
+      The fleet gateways that route to these instances, each C({host, url, admin_key, keys_file, worker_url, ca_file}) - the
       gateway's inventory host, its URL as this host reaches it, its admin key (never logged), its keys file when it
       runs on this host (else empty), and which of an instance's URLs it knows the worker by (C(url) on its own host,
       C(remote_url) on another).
@@ -147,6 +147,13 @@ options:
         type: str
         default: url
         choices: [url, remote_url]
+      ca_file:
+        description:
+          - The CA file (PEM) on this host that a gateway over TLS (an C(https://) I(url)) is verified with (the
+            fleet's CA, C(sglang_gateway_tls_ca)); empty - the system's CAs. A key never goes to another host's
+            gateway over plain C(http://).
+        type: str
+        default: ""
   drain_timeout:
     description: Seconds to wait, after taking an instance out of the router, for its running requests to finish.
     type: float
@@ -796,13 +803,19 @@ class Router:
     """
 
     def __init__(
-        self, url: str, api_key: str = "", worker_api_key: str = "", timeout: float = 120.0, worker_url: str = "url"
+        self,
+        url: str,
+        api_key: str = "",
+        worker_api_key: str = "",
+        timeout: float = 120.0,
+        worker_url: str = "url",
+        ca_file: str = "",
     ) -> None:
         self.url, self.api_key, self.worker_api_key, self.timeout = url, api_key, worker_api_key, timeout
-        self.worker_url = worker_url
+        self.worker_url, self.ca_file = worker_url, ca_file
 
     def remove(self, worker_url: str) -> None:
-        sglang_router_client.remove_worker(self.url, worker_url, timeout=30, api_key=self.api_key)
+        sglang_router_client.remove_worker(self.url, worker_url, timeout=30, api_key=self.api_key, ca_file=self.ca_file)
 
     def add(self, worker_url: str, model_id: str = "") -> None:
         sglang_router_client.add_worker(
@@ -813,6 +826,7 @@ class Router:
             worker_api_key=self.worker_api_key,
             replace=True,
             model_id=model_id,
+            ca_file=self.ca_file,
         )
 
 
@@ -860,7 +874,9 @@ def router_keys(keys_file: str, admin_key: str, api_key: str = "") -> list[str]:
     return keys or [""]
 
 
-def router_for(url: str, control_keys: list[str], worker_api_key: str = "", worker_url: str = "url") -> Router | None:
+def router_for(
+    url: str, control_keys: list[str], worker_api_key: str = "", worker_url: str = "url", ca_file: str = ""
+) -> Router | None:
     """The router at `url`, managed with the first of `control_keys` it accepts on /workers; None when nothing
     answers there (not deployed yet: nothing to take out of rotation).
 
@@ -870,7 +886,7 @@ def router_for(url: str, control_keys: list[str], worker_api_key: str = "", work
     refused: int | None = None
     for key in control_keys or [""]:
         try:
-            sglang_router_client.list_workers(url, api_key=key)
+            sglang_router_client.list_workers(url, api_key=key, ca_file=ca_file)
         except sglang_router_client.RouterError as error:
             if error.status in (401, 403):
                 refused = error.status
@@ -878,7 +894,7 @@ def router_for(url: str, control_keys: list[str], worker_api_key: str = "", work
             if error.status is not None:
                 raise RolloutError(f"the router at {url} answered HTTP {error.status}: {error}") from error
             return None
-        return Router(url, key, worker_api_key, worker_url=worker_url)
+        return Router(url, key, worker_api_key, worker_url=worker_url, ca_file=ca_file)
     raise RolloutError(
         f"the router at {url} refuses the fleet's admin key on /workers (HTTP {refused}); it would keep routing to "
         "workers that restart: check its admin key (sglang_router_admin_key for a host's router, "
@@ -942,6 +958,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
             "admin_key": {"type": "str", "default": "", "no_log": True},
             "keys_file": {"type": "str", "default": ""},
             "worker_url": {"type": "str", "default": "url", "choices": ["url", "remote_url"]},
+            "ca_file": {"type": "str", "default": ""},
         },
     },
     "drain_timeout": {"type": "float", "default": 60.0},
@@ -1004,6 +1021,7 @@ def main() -> None:
                 router_keys(str(spec.get("keys_file") or ""), str(spec.get("admin_key") or ""), params["api_key"]),
                 params["api_key"],
                 str(spec.get("worker_url") or "url"),
+                str(spec.get("ca_file") or ""),
             )
             if router:
                 routers.append(router)

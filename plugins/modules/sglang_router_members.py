@@ -14,9 +14,15 @@ description:
   - Changes nothing when the two agree; check mode reports what would change.
 options:
   router_url:
-    description: The router's base URL (loopback).
+    description: The router's base URL (loopback; C(https://) for a fleet gateway over TLS).
     type: str
     required: true
+  ca_file:
+    description:
+      - The CA file (PEM) on the host that an C(https://) I(router_url) is verified with (the fleet's CA,
+        C(sglang_gateway_tls_ca)); empty - the system's CAs.
+    type: path
+    default: ""
   workers:
     description: The planned worker URLs (the host's C(sglang_instances) urls).
     type: list
@@ -98,12 +104,18 @@ from ansible_collections.sglang.fleet.plugins.module_utils import listeners, saf
 
 
 def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) -> str | None:
-    """None when the worker answers 200 on `path`, else why not."""
+    """None when the worker answers 200 on `path`, else why not. Another host's worker over plain HTTP (a fleet
+    gateway's) is asked without the key, which would cross the network in the clear (SGLang's /health_generate needs
+    none)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         # The workers' key goes only to the instance itself (a squatter on its port while it loads gets nothing).
         units = {listeners.instance_unit(url)} if api_key else ()
-        with listeners.open_url(url.rstrip("/") + path, units, timeout, headers=headers) as response:
+        try:
+            response = listeners.open_url(url.rstrip("/") + path, units, timeout, headers=headers, this_host_only=True)
+        except listeners.PlainHttpRefused:
+            response = listeners.open_url(url.rstrip("/") + path, (), timeout)
+        with response:
             status = int(response.status)
     except urllib.error.HTTPError as error:
         status = int(error.code)
@@ -139,15 +151,16 @@ def reconcile(
     keep_hosts: Sequence[str] = (),
     models: Mapping[str, str] | None = None,
     workers_file: str | None = None,
+    ca_file: str = "",
 ) -> dict[str, Any]:
     """Brings the router's workers to `planned`; returns changed, added, removed, skipped."""
     probe = ready or (lambda url: worker_ready(url, ready_path, worker_api_key))
-    listed = sglang_router_client.list_workers(router_url, api_key=api_key)
+    listed = sglang_router_client.list_workers(router_url, api_key=api_key, ca_file=ca_file)
     models = {sglang_router_client.normalize_url(url): str(model) for url, model in (models or {}).items()}
     changes = sglang_router_client.plan_changes(listed, planned, probe, keep_hosts, models)
     if not check_mode:
         for url in changes["remove"]:
-            sglang_router_client.remove_worker(router_url, url, timeout=30, api_key=api_key)
+            sglang_router_client.remove_worker(router_url, url, timeout=30, api_key=api_key, ca_file=ca_file)
         for url in changes["add"]:
             # An unhealthy registration is removed first: a fresh one is routed to at once.
             sglang_router_client.add_worker(
@@ -158,10 +171,11 @@ def reconcile(
                 worker_api_key=worker_api_key,
                 replace=True,
                 model_id=models.get(url, ""),
+                ca_file=ca_file,
             )
     kept = {}
     if workers_file:
-        listed = sglang_router_client.list_workers(router_url, api_key=api_key)
+        listed = sglang_router_client.list_workers(router_url, api_key=api_key, ca_file=ca_file)
         kept["workers_file_changed"] = keep_workers(workers_file, listed, check_mode)
     return {
         **kept,
@@ -181,6 +195,7 @@ def main() -> None:
             "workers": {"type": "list", "elements": "str", "required": True},
             "keep_hosts": {"type": "list", "elements": "str", "default": []},
             "workers_file": {"type": "path"},
+            "ca_file": {"type": "path", "default": ""},
             "models": {"type": "dict", "default": {}},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "worker_api_key": {"type": "str", "default": "", "no_log": True},
@@ -202,6 +217,7 @@ def main() -> None:
             keep_hosts=params["keep_hosts"],
             models=params["models"],
             workers_file=params["workers_file"],
+            ca_file=params["ca_file"] or "",
         )
     except sglang_router_client.RouterError as error:
         if module.check_mode and error.status in (None, 401, 403):

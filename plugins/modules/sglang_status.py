@@ -21,7 +21,9 @@ options:
     elements: dict
     required: true
   routers:
-    description: The host's router processes, each C({name, unit, url, remote_url}) (C(remote_url) empty on loopback).
+    description: >-
+      The host's router processes, each C({name, unit, url, remote_url, ca_data}) (C(remote_url) empty on loopback;
+      C(ca_data) the CA, PEM text, an C(https://) URL is verified with, else the system's CAs).
     type: list
     elements: dict
     default: []
@@ -135,8 +137,8 @@ def startup(url: str) -> dict[str, Any]:
         return {}
 
 
-def router_health(url: str) -> str:
-    code = http_status(f"{url}/readiness", timeout=10.0)
+def router_health(url: str, ca_data: str = "") -> str:
+    code = http_status(f"{url}/readiness", timeout=10.0, ca_data=ca_data)
     return "ready" if code == 200 else ("no healthy worker" if code == 503 else f"down ({code or 'no answer'})")
 
 
@@ -146,7 +148,7 @@ def describe_router(router: dict[str, Any], now: float) -> dict[str, Any]:
         "url": router["url"],
         "remote_url": router.get("remote_url") or "",
         **unit_state(router["unit"], now),
-        "health": router_health(router["url"]),
+        "health": router_health(router["url"], str(router.get("ca_data") or "")),
     }
 
 

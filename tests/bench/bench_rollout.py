@@ -20,11 +20,12 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fleet import ROOT, Run, load_through_router, on_host, overlay_inventory, run_module, run_playbook
+from fleet import ROOT, Run, load_through_router, on_host, overlay_inventory, run_module, run_playbook, sandbox_test_ca
 
 ROUTER = "http://127.0.0.1:30100"
 ROLL_TASK = "Roll the changed running instances, verified, rolled back on failure"
-GATEWAY = "http://127.0.0.1:30200"
+# Over https with the sandbox's test CA (inventory/sandbox-on-network.yml), as ct129 reaches it.
+GATEWAY = "https://127.0.0.1:30200"
 GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
 
 
@@ -82,7 +83,9 @@ def startup_lines(restarted: dict[str, Any]) -> list[str]:
 
 def rolling_restart_through_the_gateway() -> dict[str, Any]:
     """Both hosts on the sandbox's network behind ct129's fleet gateway; every instance restarted (a changed
-    environment) under load through the gateway, one host at a time; then the sandbox back on loopback."""
+    environment) under load through the gateway, one host at a time; then the sandbox back on loopback. The gateway
+    serves https (its test CA made here), which the load client verifies."""
+    sandbox_test_ca()
     on_network = yaml.safe_load((ROOT / "inventory/sandbox-on-network.yml").read_text())
     try:
         placed = run_playbook("deploy.yml", extravars=on_network)
@@ -175,7 +178,8 @@ def main() -> int:
     for line in startup_lines(first["startup"]):
         print(line)
     print(
-        f"  rolling restart through the fleet gateway (ct129 + b200) {fleet['duration']:.1f} s for {fleet['instances']} "
+        f"  rolling restart through the fleet gateway over https (ct129 + b200) {fleet['duration']:.1f} s "
+        f"for {fleet['instances']} "
         f"instances, {fleet['failed']} of {fleet['requests']} requests failed, "
         f"{out_of_rotation(fleet)} worker(s) out of rotation at most"
     )

@@ -1,8 +1,8 @@
 """Bounded load through a host's router or the fleet gateway, run inside the test host (system python3, stdlib only).
 
-python3 - <router url> <max seconds> <clients> [<keys file> [<model>]] < load_client.py
+python3 - <router url> <max seconds> <clients> [<keys file> [<model> [<CA file>]]] < load_client.py
 With a model (a router in front of several models routes by it), the clients use the OpenAI completions route and
-name it; without, SGLang's /generate.
+name it; without, SGLang's /generate. An https router (the fleet gateway over TLS) is verified with the CA file.
 Clients send /generate requests until /tmp/stop-load exists or the time is up; a sampler counts the
 router's healthy workers every 0.2 s. Prints one JSON line: requests, failed, first errors, fewest and most
 workers in rotation.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -21,6 +22,8 @@ ROUTER, SECONDS, CLIENTS = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 # The router's keys (JSON: the clients' key for requests, the admin key for /workers), as its launcher reads them.
 KEYS_FILE = sys.argv[4] if len(sys.argv) > 4 else "/etc/sglang-fleet/secrets/router.json"
 MODEL = sys.argv[5] if len(sys.argv) > 5 else ""
+CA_FILE = sys.argv[6] if len(sys.argv) > 6 else ""
+TLS = ssl.create_default_context(cafile=CA_FILE) if ROUTER.startswith("https:") else None
 STOP = "/tmp/stop-load"
 deadline = time.monotonic() + SECONDS
 counts = {"requests": 0, "failed": 0}
@@ -46,7 +49,7 @@ def client(number: int) -> None:
     while running():
         request = urllib.request.Request(f"{ROUTER}{path}", data=body, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=60, context=TLS) as response:
                 answer = json.loads(response.read())
                 tokens = (answer.get("usage") if MODEL else answer.get("meta_info") or {}).get("completion_tokens", 0)
                 ok = response.status == 200 and tokens > 0
@@ -77,7 +80,7 @@ def sampler() -> None:
         request.add_header("Authorization", f"Bearer {key}")
     while running():
         try:
-            with urllib.request.urlopen(request, timeout=5) as response:
+            with urllib.request.urlopen(request, timeout=5, context=TLS) as response:
                 workers = json.loads(response.read())["workers"]
             in_rotation.append(sum(1 for worker in workers if worker.get("is_healthy")))
         except Exception:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from fleet import (
     ROOT,
+    SPAN_GATEWAY,
     Run,
     chat_requests,
     http_status,
@@ -78,11 +79,10 @@ def test_each_node_runs_its_rank_and_rank_0_serves_the_instance(span: Run) -> No
 
 
 def test_the_gateway_routes_to_rank_0_alone_and_rank_0_answers(span: Run) -> None:
-    assert registered_workers("span0") == {RANK_0: (MODEL, True)}
+    assert registered_workers("span0", SPAN_GATEWAY) == {RANK_0: (MODEL, True)}
     before = chat_requests("span0", 30000)
     assert on_host("span0", "python3", "-c", ASK_GATEWAY, MODEL).strip() == "200"
     assert chat_requests("span0", 30000) == before + 1
-
 
 
 def test_a_node_that_cannot_reach_rank_0s_rendezvous_port_is_refused_before_any_change(span: Run, tmp_path: Path) -> None:
@@ -101,6 +101,7 @@ def test_a_node_that_cannot_reach_rank_0s_rendezvous_port_is_refused_before_any_
     ) in report, report
     assert result.changed() == []
     assert {node: unit_starts(node)[UNIT] for node in ("span0", "span1")} == before
+
 
 def test_a_changed_setting_restarts_both_nodes_verified(span: Run, tmp_path: Path) -> None:
     before = {node: unit_starts(node)[UNIT] for node in ("span0", "span1")}

@@ -20,6 +20,7 @@ from fleet import (
     GATEWAY,
     GATEWAY_KEYS,
     ROOT,
+    SANDBOX_CA,
     Run,
     chat_requests,
     http_status,
@@ -29,6 +30,7 @@ from fleet import (
     overlay_inventory,
     registered_workers,
     run_playbook,
+    sandbox_test_ca,
     wait_until,
 )
 
@@ -38,7 +40,7 @@ PROMETHEUS = "http://127.0.0.1:19090"
 # Scraped and evaluated every second, "down" after 3 s (the playbook's defaults: 15 s and 2 m).
 FAST_ALERTS = {"sglang_prometheus_scrape_interval": "1s", "sglang_alert_down_for": "3s"}
 STOPPED = ("b200", "sglang-30002")
-# The fleet gateway of inventory/sandbox-on-network.yml is ct129's (fleet.GATEWAY, as ct129 reaches it).
+# The fleet gateway of inventory/sandbox-on-network.yml is ct129's (fleet.GATEWAY: https, as ct129 reaches it).
 ROUTER = "http://127.0.0.1:30100"
 ROUTER_KEYS = "/etc/sglang-fleet/secrets/router.json"
 # b200 in two instance groups: five workers of the fleet's (mirror's) model, two of the Qwen3.6-27B stand-in.
@@ -82,7 +84,8 @@ def keyed(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ke
         text=True,
         check=True,
     ).stdout
-    # The addresses of `make sandbox-prometheus`; the key from vault instead of that file's plain test key.
+    # The addresses of `make sandbox-prometheus` (and its test CA); the key from vault instead of that file's test key.
+    sandbox_test_ca()
     addresses = yaml.safe_load((ROOT / "inventory/sandbox-on-network.yml").read_text())
     del addresses["sglang_api_key"]
     inventory = overlay_inventory(directory, host_vars={"b200": {"sglang_instance_groups": B200_GROUPS}}, group_vars=addresses)
@@ -177,12 +180,13 @@ def test_the_gateway_routes_each_request_to_the_workers_of_the_model_it_names(ke
     mirror = [("ct129", 30000)] + [("b200", 30000 + index) for index in range(5)]
     before = {worker: chat_requests(*worker) for worker in other + mirror}
     script = (
-        "import json, sys, urllib.request, urllib.error\n"
+        "import json, ssl, sys, urllib.request, urllib.error\n"
         "key = json.load(open(sys.argv[2]))['api_key']\n"
         "body = json.dumps({'model': sys.argv[3], 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 4})\n"
         "request = urllib.request.Request(sys.argv[1] + '/v1/chat/completions', data=body.encode(),\n"
         "    headers={'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'})\n"
-        "try:\n    print(urllib.request.urlopen(request, timeout=30).status)\n"
+        f"tls = ssl.create_default_context(cafile={SANDBOX_CA!r})\n"
+        "try:\n    print(urllib.request.urlopen(request, timeout=30, context=tls).status)\n"
         "except urllib.error.HTTPError as error:\n    print(error.code)\n"
     )
     answers = [on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS, OTHER_MODEL).strip() for _ in range(6)]
@@ -192,6 +196,46 @@ def test_the_gateway_routes_each_request_to_the_workers_of_the_model_it_names(ke
     # The real smg 1.13.0 (the gateway these hosts run) answers a model nobody serves 404 (model_not_found), where
     # sglang-router 0.3.2 answered 503.
     assert on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS, "no-such-model").strip() == "404"
+
+
+def test_the_gateway_serves_tls_that_only_a_client_with_the_fleets_ca_trusts(keyed: Keyed) -> None:
+    """Issue 38, finding 8: beyond loopback ct129's gateway serves https with the sandbox's test CA; a client with that
+    CA is served, one without it (the system's CAs) is refused before it sends anything, and plain http gets no HTTP
+    answer on the gateway's port. Its key is root:<servers' group> 0640 (its account reads it, cannot replace it);
+    its metrics stay plain http on their own address (Prometheus scrapes them: the test below)."""
+    assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
+    script = (
+        "import ssl, sys, urllib.request\n"
+        "tls = ssl.create_default_context(cafile=sys.argv[2] or None)\n"
+        "try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=30, context=tls).status)\n"
+        "except Exception as error:\n    print(type(error).__name__, error)\n"
+    )
+    for host, url in (("ct129", f"{GATEWAY}/liveness"), ("b200", "https://ct129:30200/liveness")):
+        assert on_host(host, "python3", "-c", script, url, SANDBOX_CA).strip() == "200"
+        refused = on_host(host, "python3", "-c", script, url, "").strip()
+        assert refused.startswith("URLError") and "CERTIFICATE_VERIFY_FAILED" in refused, refused
+    plain = on_host("b200", "python3", "-c", script, "http://ct129:30200/liveness", "").strip()
+    assert not plain.startswith("200"), plain
+    listing = on_host(
+        "ct129",
+        "stat",
+        "--format=%n %a %U %G",
+        "/etc/sglang-fleet/secrets/gateway-tls.key",
+        "/etc/sglang-fleet/secrets/gateway-tls.pem",
+        SANDBOX_CA,
+    )
+    assert listing.split("\n")[:3] == [
+        "/etc/sglang-fleet/secrets/gateway-tls.key 640 root sglang",
+        "/etc/sglang-fleet/secrets/gateway-tls.pem 640 root sglang",
+        f"{SANDBOX_CA} 644 root root",
+    ]
+    assert "PRIVATE KEY" not in json.dumps(keyed.deployed.events), "the gateway's key shows in the deploy's output"
+    unit = on_host("ct129", "systemctl", "cat", "sglang-gateway.service")
+    assert "--tls-cert-path" in unit and "--tls-key-path" in unit
+    # The gateway's unit stays as confined as every other (issue 38: systemd-analyze security <= 3.0).
+    exposure = on_host("ct129", "systemd-analyze", "security", "--no-pager", "sglang-gateway.service").strip().splitlines()[-1]
+    print(exposure)
+    assert float(exposure.split(": ")[1].split()[0]) <= 3.0, exposure
 
 
 def changes_said(run: Run) -> dict[str, str]:
@@ -218,13 +262,13 @@ def test_a_worker_missing_from_the_gateway_comes_back_while_its_converged_host_e
     }
     removal = (
         f"\nimport json\nkey = json.load(open({GATEWAY_KEYS!r}))['admin_key']"
-        f"\nprint(remove_worker({GATEWAY!r}, 'http://b200:30004', api_key=key))\n"
+        f"\nprint(remove_worker({GATEWAY!r}, 'http://b200:30004', api_key=key, ca_file={SANDBOX_CA!r}))\n"
     )
     assert on_host_with_router_client("ct129", removal).strip() == "True"
     said = deploy_says()
     assert said["b200"] == "b200: 7 instance(s) planned, no problems. Nothing to change"
     planned = "ct129: 1 instance(s) planned, no problems"
-    assert said["ct129"].startswith(f"{planned}. To change: http://127.0.0.1:30200: workers differ"), said
+    assert said["ct129"].startswith(f"{planned}. To change: {GATEWAY}: workers differ"), said
     assert registered_workers() == {url: (model, True) for url, model in FLEET_WORKERS.items()}
 
 
@@ -243,7 +287,7 @@ def test_a_gateway_host_with_nothing_else_to_change_stays_for_the_workers_anothe
     assert checked.rc == 0, checked.failure_messages()
     said = changes_said(checked)
     again = "to register again the workers a new shape stops first"
-    assert said["ct129"] == f"ct129: 1 instance(s) planned, no problems. To change: http://127.0.0.1:30200: {again}", said
+    assert said["ct129"] == f"ct129: 1 instance(s) planned, no problems. To change: {GATEWAY}: {again}", said
     assert f"http://127.0.0.1:30100: {again}" in said["b200"], said
 
 

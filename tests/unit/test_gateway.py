@@ -13,6 +13,7 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_router import (
     sglang_gateway_members,
     sglang_gateway_problems,
     sglang_gateway_routes,
+    sglang_gateway_tls,
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_url, remote_url, url_host
 from ansible_collections.sglang.fleet.plugins.modules import sglang_rollout
@@ -32,8 +33,8 @@ def instance(port: int, remote: str = "") -> dict[str, Any]:
 
 def gateway_fact(**overrides: Any) -> dict[str, Any]:
     return {
-        "url": "http://127.0.0.1:30200",
-        "remote_url": "http://ct129:30200",
+        "url": "https://127.0.0.1:30200",
+        "remote_url": "https://ct129:30200",
         "bind": "0.0.0.0",
         "keys_file": "/etc/sglang-fleet/secrets/gateway.json",
         "admin_key": "gateway-admin",
@@ -105,16 +106,24 @@ def test_the_gateway_knows_its_own_instances_by_loopback_and_others_by_their_rem
 
 
 def test_a_rollout_drains_from_the_gateway_as_its_host_reaches_it(hostvars: dict[str, Any]) -> None:
-    assert sglang_gateway_routes(hostvars, "b200", ["ct129"]) == [
-        {"host": "ct129", "url": "http://ct129:30200", "admin_key": "gateway-admin", "keys_file": "", "worker_url": "remote_url"}
+    assert sglang_gateway_routes(hostvars, "b200", ["ct129"], "/etc/s/gateway-ca.pem") == [
+        {
+            "host": "ct129",
+            "url": "https://ct129:30200",
+            "admin_key": "gateway-admin",
+            "keys_file": "",
+            "worker_url": "remote_url",
+            "ca_file": "/etc/s/gateway-ca.pem",
+        }
     ]
     assert sglang_gateway_routes(hostvars, "ct129", ["ct129"]) == [
         {
             "host": "ct129",
-            "url": "http://127.0.0.1:30200",
+            "url": "https://127.0.0.1:30200",
             "admin_key": "gateway-admin",
             "keys_file": "/etc/sglang-fleet/secrets/gateway.json",
             "worker_url": "url",
+            "ca_file": "",
         }
     ]
 
@@ -175,3 +184,52 @@ def test_the_routes_are_what_the_rollout_module_takes() -> None:
     hostvars = {"ct129": {"sglang_gateway": gateway_fact()}}
     [route] = sglang_gateway_routes(hostvars, "b200", ["ct129"])
     assert declared and set(route) <= declared, set(route) - declared
+
+
+def test_a_gateway_other_hosts_reach_over_plain_http_is_refused(hostvars: dict[str, Any]) -> None:
+    """Issue 38, finding 8: every host's rollouts send the gateway its admin key, its clients their key and prompts."""
+    hostvars["ct129"]["sglang_gateway"] = gateway_fact(url="http://127.0.0.1:30200", remote_url="http://ct129:30200")
+    for host in ("b200", "ct129"):
+        [line] = problems(hostvars, host)
+        assert line.startswith(f'{host} gateway ct129: sglang_gateway_tls_cert="": the gateway listens beyond loopback (0.0.0.0)')
+        assert "sglang_gateway_tls_key" in line
+    hostvars["ct129"]["sglang_gateway"] = gateway_fact(url="http://127.0.0.1:30200", remote_url="", bind="127.0.0.1")
+    assert problems(hostvars, "ct129", listen_host="127.0.0.1", instances=[instance(30000)]) == [], "on loopback: plain"
+
+
+SERVICE = {"secrets_dir": "/etc/sglang-fleet/secrets", "group": "sglang"}
+
+
+def test_the_gateways_certificate_and_key_are_its_accounts_to_read_and_the_ca_every_hosts() -> None:
+    tls = sglang_gateway_tls("ct129", {"gateway": True, "cert": "/c/gw.pem", "key": "/c/gw.key", "ca": "/c/ca.pem"}, SERVICE)
+    assert tls["enabled"] and tls["problems"] == [] and tls["absent"] == []
+    secrets = "/etc/sglang-fleet/secrets"
+    assert tls["files"] == [
+        {"src": "/c/gw.pem", "dest": f"{secrets}/gateway-tls.pem", "owner": "root", "group": "sglang", "mode": "0640"},
+        {"src": "/c/gw.key", "dest": f"{secrets}/gateway-tls.key", "owner": "root", "group": "sglang", "mode": "0640",
+         "private": True},
+        {"src": "/c/ca.pem", "dest": f"{secrets}/gateway-ca.pem", "owner": "root", "group": "root", "mode": "0644"},
+    ]  # fmt: skip
+    assert (tls["cert_path"], tls["key_path"], tls["ca_file"]) == (
+        "/etc/sglang-fleet/secrets/gateway-tls.pem",
+        "/etc/sglang-fleet/secrets/gateway-tls.key",
+        "/etc/sglang-fleet/secrets/gateway-ca.pem",
+    )
+    # Another host: the CA only; the gateway's files are removed where an earlier deploy left them.
+    other = sglang_gateway_tls("b200", {"gateway": False, "cert": "/c/gw.pem", "key": "/c/gw.key", "ca": "/c/ca.pem"}, SERVICE)
+    assert [file["dest"] for file in other["files"]] == ["/etc/sglang-fleet/secrets/gateway-ca.pem"]
+    assert other["absent"] == ["/etc/sglang-fleet/secrets/gateway-tls.pem", "/etc/sglang-fleet/secrets/gateway-tls.key"]
+    assert (other["enabled"], other["cert_path"], other["ca_file"]) == (False, "", "/etc/sglang-fleet/secrets/gateway-ca.pem")
+    plain = sglang_gateway_tls("ct129", {"gateway": True, "cert": "", "key": "", "ca": ""}, SERVICE)
+    assert (plain["enabled"], plain["files"], plain["ca_file"], len(plain["absent"])) == (False, [], "", 3)
+
+
+def test_the_tls_variables_problems_name_host_and_variable() -> None:
+    [half] = sglang_gateway_tls("ct129", {"gateway": True, "cert": "/c/gw.pem", "key": "", "ca": ""}, SERVICE)["problems"]
+    assert half.startswith('ct129 gateway: sglang_gateway_tls_key="": the gateway\'s certificate and key go together')
+    bad = sglang_gateway_tls("ct129", {"gateway": True, "cert": "gw.pem", "key": "/c/gw\n.key", "ca": ""}, SERVICE)
+    assert [line.split(":")[1].split("=")[0].strip() for line in bad["problems"]] == [
+        "sglang_gateway_tls_cert",
+        "sglang_gateway_tls_key",
+    ]
+    assert bad["files"] == [], "nothing is written for a plan with a problem"

@@ -213,6 +213,11 @@ class Handler(BaseHTTPRequestHandler):
         pass
 time.sleep(1)  # the launcher's registration asks before this router listens
 server = HTTPServer(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])), Handler)
+if "--tls-cert-path" in sys.argv:  # as smg serves https with these flags (tests/recordings/smg-1.13.0-tls)
+    import ssl
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(sys.argv[sys.argv.index("--tls-cert-path") + 1], sys.argv[sys.argv.index("--tls-key-path") + 1])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
 server.timeout = 0.2
 deadline = time.monotonic() + 30
 while len(posts) < int(os.environ["FAKE_ROUTER_EXPECT"]) and time.monotonic() < deadline:
@@ -250,6 +255,39 @@ def test_a_gateway_registers_the_workers_its_last_deploy_left_once_it_answers(tm
         {"path": "/workers", "authorization": f"Bearer {ADMIN_KEY}", "body": {**worker, "api_key": KEY}} for worker in listed
     ]
     assert f"registered 2 of 2 worker(s) from {workers}" in started.stderr
+
+
+def test_a_gateway_over_tls_registers_its_workers_verified_with_the_fleets_ca(tmp_path: Path) -> None:
+    """Issue 38: a gateway over https (--tls-cert-path/--tls-key-path) is asked and sent its admin key only over TLS,
+    verified with the CA its unit names (SGLANG_FLEET_CA_FILE)."""
+    tls = tmp_path / "tls"
+    subprocess.run([sys.executable, str(ROOT / "scripts/test_ca.py"), str(tls), "127.0.0.1"], check=True)
+    fake_router(tmp_path, FAKE_REGISTRY)
+    keys = write_keys(tmp_path / "gateway.json")
+    workers = tmp_path / "gateway-workers.json"
+    listed = [{"url": "http://127.0.0.1:30000", "model_id": "tiny"}]
+    workers.write_text(json.dumps({"workers": listed}))
+    report = tmp_path / "report.json"
+    port = free_port()
+    tls_flags = ["--tls-cert-path", str(tls / "server.pem"), "--tls-key-path", str(tls / "server.key")]
+    started = subprocess.run(
+        [sys.executable, str(ROUTER_LAUNCHER), str(keys), "--host", "127.0.0.1", "--port", str(port), *tls_flags],
+        env=clean_environment(
+            PYTHONPATH=str(tmp_path),
+            FAKE_ROUTER_REPORT=str(report),
+            FAKE_ROUTER_EXPECT="1",
+            SGLANG_FLEET_WORKERS_FILE=str(workers),
+            SGLANG_FLEET_ROUTER_URL=f"https://127.0.0.1:{port}",
+            SGLANG_FLEET_CA_FILE=str(tls / "ca.pem"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    posts = json.loads(report.read_text())
+    assert posts == [{"path": "/workers", "authorization": f"Bearer {ADMIN_KEY}", "body": {**listed[0], "api_key": KEY}}]
+    assert f"registered 1 of 1 worker(s) from {workers}" in started.stderr
 
 
 def test_a_first_start_has_no_workers_file_and_a_worker_needs_a_url(tmp_path: Path) -> None:

@@ -368,3 +368,11 @@ def test_the_bench_sends_the_api_key_to_its_instance(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(bench, "listeners", listeners)
     assert bench.call(squatter.url, "/server_info", None, KEY) == {"workers": [], "version": "0.5.23"}
     assert squatter.headers() == [f"Bearer {KEY}"]
+
+
+def test_a_gateway_asks_another_hosts_worker_ready_without_the_key(monkeypatch: pytest.MonkeyPatch, squatter: Squatter) -> None:
+    """Issue 38, finding 8: the gateway host's members module probes every worker's /health_generate before it registers
+    it; another host's worker over plain HTTP is asked without the key (it needs none there), never with it."""
+    monkeypatch.setattr(listeners, "is_local", lambda host: False)
+    assert members.worker_ready(squatter.url, "/health_generate", api_key=KEY) is None
+    assert squatter.headers() == [None]

@@ -44,6 +44,8 @@ def test_the_host_s_router_fronts_its_instances() -> None:
         "keys_file": "/etc/s/router.json",
         "description": "SGLang router on port 30080 in front of 2 instance(s)",
         "workers_file": "/var/lib/sglang/router-workers.json",
+        "tls_files": [],
+        "ca_file": "",
         "after": ["sglang-30000.service", "sglang-30001.service"],
         "by_model": False,
         "workers": ["http://127.0.0.1:30000", "http://127.0.0.1:30001"],
@@ -54,6 +56,16 @@ def test_the_host_s_router_fronts_its_instances() -> None:
     }
     assert gateway["kind"] == "gateway" and gateway["enabled"] is False
     assert (gateway["workers"], gateway["keep"], gateway["models"], gateway["displaced"]) == ([], [], {}, [])
+
+
+def test_a_gateway_over_tls_runs_with_its_certificate_and_key() -> None:
+    """Issue 38, finding 8: smg 1.13.0's --tls-cert-path/--tls-key-path (tests/recordings/smg-1.13.0-tls)."""
+    tls = {"tls_cert_path": "/etc/s/gateway-tls.pem", "tls_key_path": "/etc/s/gateway-tls.key", "ca_file": "/etc/s/ca.pem"}
+    base = settings()
+    _router, gateway = sglang_router_processes(INSTANCES, settings(gateway={**base["gateway"], "enabled": True, **tls}))
+    assert gateway["argv"][-4:] == ["--tls-cert-path", "/etc/s/gateway-tls.pem", "--tls-key-path", "/etc/s/gateway-tls.key"]
+    assert gateway["tls_files"] == ["/etc/s/gateway-tls.pem", "/etc/s/gateway-tls.key"]
+    assert gateway["ca_file"] == "/etc/s/ca.pem"
 
 
 def test_a_node_of_another_rank_than_0_is_no_worker_of_its_host_s_router() -> None:
@@ -133,6 +145,7 @@ def test_the_role_s_processes_are_those_its_templates_gave() -> None:
         "_sglang_router_gateway_enabled": True,
         "_sglang_router_gateway_members": members,
         "_sglang_router_gateway_models": ["qwen", "llama"],
+        "_sglang_router_tls": {"cert_path": "", "key_path": "", "ca_file": ""},
     }
     variables["_sglang_router_by_model"] = True
     variables["_sglang_router_gateway_by_model"] = True

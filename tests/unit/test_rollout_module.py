@@ -267,7 +267,7 @@ def test_workers_are_managed_with_the_admin_key_the_running_router_holds(tmp_pat
     keys_file.write_text('{"api_key": "old-client-key", "admin_key": "held-admin-key"}')
     seen: list[str] = []
 
-    def list_workers(url: str, api_key: str) -> list[dict[str, Any]]:
+    def list_workers(url: str, api_key: str, ca_file: str = "") -> list[dict[str, Any]]:
         seen.append(api_key)
         if api_key != "held-admin-key":
             raise RouterError("GET /workers: HTTP 401", 401)
@@ -290,7 +290,7 @@ def test_a_keys_file_the_router_was_not_restarted_with_falls_back_to_the_next_ke
     keys_file.write_text('{"api_key": "client-key", "admin_key": "unused-admin-key"}')
     seen: list[str] = []
 
-    def list_workers(url: str, api_key: str) -> list[dict[str, Any]]:
+    def list_workers(url: str, api_key: str, ca_file: str = "") -> list[dict[str, Any]]:
         seen.append(api_key)
         if api_key != "client-key":
             raise RouterError("GET /workers: HTTP 401", 401)
@@ -311,7 +311,7 @@ def test_router_keys_without_a_keys_file_or_any_key(tmp_path: Path) -> None:
 
 
 def test_a_router_refusing_every_key_stops_the_rollout_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(url: str, api_key: str) -> list[dict[str, Any]]:
+    def refuse(url: str, api_key: str, ca_file: str = "") -> list[dict[str, Any]]:
         raise RouterError("GET /workers: HTTP 401", 401)
 
     monkeypatch.setattr(sglang_router_client, "list_workers", refuse)
@@ -352,7 +352,7 @@ def test_the_module_manages_the_router_with_its_admin_key_and_stops_when_refused
 
     asked: list[str] = []
 
-    def refuse(url: str, api_key: str) -> list[dict[str, Any]]:
+    def refuse(url: str, api_key: str, ca_file: str = "") -> list[dict[str, Any]]:
         asked.append(api_key)
         raise RouterError("GET /workers: HTTP 401", 401)
 

@@ -265,13 +265,13 @@ def test_deploys_probe_asks_each_router_with_its_kinds_admin_key_else_the_client
     processes = [
         {"kind": "router", "url": "http://127.0.0.1:30100", "workers": [W1], "keep": [], "models": {W1: "m"},
          "workers_file": "/var/lib/sglang/router-workers.json", "unit": "sglang-router.service"},
-        {"kind": "gateway", "url": "http://127.0.0.1:30200", "workers": [W1, W2], "keep": ["10.0.0.9"], "models": {},
-         "workers_file": "/var/lib/sglang/gateway-workers.json", "unit": "sglang-gateway.service"},
+        {"kind": "gateway", "url": "https://127.0.0.1:30200", "workers": [W1, W2], "keep": ["10.0.0.9"], "models": {},
+         "workers_file": "/var/lib/sglang/gateway-workers.json", "unit": "sglang-gateway.service", "ca_file": "/etc/ca.pem"},
     ]  # fmt: skip
     reads = sglang_router_member_reads(processes, {"router": "sk-admin", "gateway": ""}, "sk-clients")
     assert reads == [
         {"url": "http://127.0.0.1:30100", "workers": [W1], "keep_hosts": [], "models": {W1: "m"},
-         "workers_file": "/var/lib/sglang/router-workers.json", "api_key": "sk-admin"},
-        {"url": "http://127.0.0.1:30200", "workers": [W1, W2], "keep_hosts": ["10.0.0.9"], "models": {},
-         "workers_file": "/var/lib/sglang/gateway-workers.json", "api_key": "sk-clients"},
+         "workers_file": "/var/lib/sglang/router-workers.json", "api_key": "sk-admin", "ca_file": ""},
+        {"url": "https://127.0.0.1:30200", "workers": [W1, W2], "keep_hosts": ["10.0.0.9"], "models": {},
+         "workers_file": "/var/lib/sglang/gateway-workers.json", "api_key": "sk-clients", "ca_file": "/etc/ca.pem"},
     ]  # fmt: skip

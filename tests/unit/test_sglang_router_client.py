@@ -4,6 +4,9 @@ recording of the real gateway, tests/recordings/smg-1.13.0, by test_router_fake_
 from __future__ import annotations
 
 import json
+import ssl
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -12,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.sglang.fleet.plugins.module_utils import listeners
 from ansible_collections.sglang.fleet.plugins.module_utils import sglang_router_client as client
+from fleet import ROOT
 
 W1, W2, W3 = "http://127.0.0.1:41001", "http://127.0.0.1:41002", "http://127.0.0.1:41003"
 
@@ -310,3 +315,55 @@ def test_the_recorded_addition_in_progress_that_never_completes_times_out_naming
     with pytest.raises(client.WaitTimeout, match=r"as healthy.*job AddWorker processing"):
         client.add_worker(router.url, url, timeout=0.3, interval=0.05)
     assert ("GET", f"/workers/{worker_id}", None) in router.calls
+
+
+# A fleet gateway beyond loopback serves https with the fleet's CA (issue 38, finding 8): smg 1.13.0's
+# --tls-cert-path/--tls-key-path, recorded in tests/recordings/smg-1.13.0-tls (with the CA: 200; without it:
+# CERTIFICATE_VERIFY_FAILED). The fake router serves TLS with a throw-away CA of scripts/test_ca.py.
+
+
+@pytest.fixture(scope="module")
+def test_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tls")
+    subprocess.run([sys.executable, str(ROOT / "scripts/test_ca.py"), str(directory), "127.0.0.1", "localhost"], check=True)
+    return directory
+
+
+@pytest.fixture
+def tls_router(test_ca: Path) -> Iterator[FakeRouter]:
+    fake = FakeRouter()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(test_ca / "server.pem", test_ca / "server.key")
+    fake.server.socket = context.wrap_socket(fake.server.socket, server_side=True)
+    fake.url = fake.url.replace("http://", "https://")
+    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread.start()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+    thread.join(timeout=5)
+
+
+def test_a_tls_gateway_is_managed_with_the_fleets_ca_and_refused_without_it(tls_router: FakeRouter, test_ca: Path) -> None:
+    tls_router.api_key = "sk-admin"
+    with pytest.raises(client.RouterError) as refused:
+        client.list_workers(tls_router.url, api_key="sk-admin")
+    assert "CERTIFICATE_VERIFY_FAILED" in str(refused.value)
+    assert tls_router.calls == [], "a request reached a gateway the client could not verify"
+    assert client.add_worker(tls_router.url, W1, api_key="sk-admin", interval=0, ca_file=str(test_ca / "ca.pem"))
+    assert client.remove_worker(tls_router.url, W1, api_key="sk-admin", interval=0, ca_file=str(test_ca / "ca.pem"))
+    answer = client.routers_differences(
+        [{"url": tls_router.url, "workers": [W2], "api_key": "sk-admin", "ca_file": str(test_ca / "ca.pem")}]
+    )
+    assert answer == {tls_router.url: "to register ['http://127.0.0.1:41002'], to remove []"}
+
+
+def test_no_key_goes_to_another_hosts_gateway_over_plain_http(router: FakeRouter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rollout on one host drains its instances from the gateway on another with the gateway's admin key: over plain
+    http that key would cross the network in the clear. Refused before anything is sent, naming the variables."""
+    monkeypatch.setattr(listeners, "is_local", lambda host: False)  # the fake router stands in for another host's
+    with pytest.raises(listeners.ListenerError) as refused:
+        client.list_workers(router.url, api_key="sk-admin")
+    assert f"{router.url}/workers is another host's, over plain HTTP: no key was sent" in str(refused.value)
+    assert "sglang_gateway_tls_cert and sglang_gateway_tls_key on the gateway's host" in str(refused.value)
+    assert router.calls == []

@@ -337,6 +337,8 @@ def render_router(process: dict[str, Any] | None = None, **variables: Any) -> st
         "argv": ["--host", "127.0.0.1", "--port", "30100"],
         "workers_file": "/var/lib/sglang/router-workers.json",
         "by_model": False,
+        "tls_files": [],
+        "ca_file": "",
         **process,
     }
     return environment.get_template("sglang-router.service.j2").render(**context)
@@ -367,6 +369,30 @@ def test_the_router_takes_its_keys_from_its_launcher_never_from_its_command_line
     assert unit["Environment"] == "SGLANG_FLEET_WORKERS_FILE=/var/lib/sglang/router-workers.json"
     assert "Environment=SGLANG_FLEET_ROUTER_URL=http://127.0.0.1:30100" in text.splitlines()
     assert "TIKTOKEN_ENCODINGS_BASE" not in text and "--enable-igw" not in text, "one model: sglang-router's regular mode"
+
+
+def test_a_gateway_over_tls_names_its_ca_to_its_launcher_and_its_certificate_to_smg() -> None:
+    """Issue 38: the launcher registers the gateway's workers over https, verified with the fleet's CA."""
+    tls = [
+        "--tls-cert-path",
+        "/etc/sglang-fleet/secrets/gateway-tls.pem",
+        "--tls-key-path",
+        "/etc/sglang-fleet/secrets/gateway-tls.key",
+    ]
+    text = render_router(
+        {
+            "unit": "sglang-gateway.service",
+            "keys_file": "/etc/sglang-fleet/secrets/gateway.json",
+            "url": "https://127.0.0.1:30200",
+            "argv": ["--host", "0.0.0.0", "--port", "30200", *tls],
+            "ca_file": "/etc/sglang-fleet/secrets/gateway-ca.pem",
+        }
+    )
+    lines = text.splitlines()
+    assert "Environment=SGLANG_FLEET_CA_FILE=/etc/sglang-fleet/secrets/gateway-ca.pem" in lines
+    assert "Environment=SGLANG_FLEET_ROUTER_URL=https://127.0.0.1:30200" in lines
+    assert shlex.split(unit_lines(text)["ExecStart"])[8:12] == tls
+    assert "SGLANG_FLEET_CA_FILE" not in render_router(), "no CA: the system's"
 
 
 def test_a_gateway_in_front_of_several_models_reads_its_vocabulary_from_the_file_the_role_sends() -> None:

@@ -36,6 +36,7 @@ import json
 import os
 import runpy
 import socket
+import ssl
 import sys
 import time
 import urllib.parse
@@ -65,6 +66,14 @@ def key_args(keys: dict[str, str]) -> list[str]:
 
 
 WORKERS_FILE = "SGLANG_FLEET_WORKERS_FILE"
+# The CA (PEM) that the router's https URL is verified with (a fleet gateway over TLS); unset: the system's CAs.
+CA_FILE = "SGLANG_FLEET_CA_FILE"
+
+
+def tls_context() -> ssl.SSLContext:
+    """What an https router URL is verified with: the fleet's CA (CA_FILE) when set, else the system's CAs."""
+    return ssl.create_default_context(cafile=os.environ.get(CA_FILE) or None)
+
 # The router's URL as the fleet's own clients reach it (the role's rule for an address that listens everywhere).
 ROUTER_URL = "SGLANG_FLEET_ROUTER_URL"
 
@@ -100,7 +109,11 @@ def post_worker(url: str, worker: dict[str, str], keys: dict[str, str], router_p
     if admin_key:
         headers["Authorization"] = "Bearer " + admin_key
     parts = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=10)
+    connection: http.client.HTTPConnection
+    if parts.scheme == "https":  # a gateway over TLS: verified before the key is sent
+        connection = http.client.HTTPSConnection(parts.hostname or "127.0.0.1", parts.port, timeout=10, context=tls_context())
+    else:
+        connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=10)
     try:
         connection.connect()
         if router_pid is not None and not held_by(connection.sock, parts.port or 80, router_pid):
@@ -153,7 +166,8 @@ def register(
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with urllib.request.urlopen(url + "/liveness", timeout=5) as response:
+            context = tls_context() if url.startswith("https:") else None
+            with urllib.request.urlopen(url + "/liveness", timeout=5, context=context) as response:
                 if response.status == 200:
                     break
         except OSError:
