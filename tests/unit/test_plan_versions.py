@@ -56,6 +56,16 @@ def test_every_supported_version_has_its_table_and_constraints() -> None:
 PRODUCTION_FLAGS_0_5_17_LACKS: dict[str, set[str]] = {"b200": set(), "ct129": set()}
 
 
+@pytest.mark.parametrize("version", SUPPORTED)
+@pytest.mark.parametrize("host", ["b200", "ct129"])
+def test_production_settings_pass_under_every_release(plan: Plan, host: str, version: str) -> None:
+    """Every flag of both production hosts exists in each release from 0.5.17 on, and each release plans them alike."""
+    assert _production_flags(host) <= _options(version)
+    result = plan(host, sglang_version=version)
+    assert result["problems"] == []
+    assert result["instances"] == plan(host)["instances"]
+
+
 @pytest.mark.parametrize("host", ["b200", "ct129"])
 def test_production_settings_under_0_5_17(plan: Plan, host: str) -> None:
     assert _production_flags(host) - _options("0.5.17") == PRODUCTION_FLAGS_0_5_17_LACKS[host]
