@@ -7,6 +7,11 @@ Run it with the interpreter of a venv that has the pinned SGLang installed
     /opt/sglang-probe/bin/python scripts/extract_sglang_facts.py          # 0.5.23
     /opt/sglang-0.5.17-probe/bin/python scripts/extract_sglang_facts.py   # 0.5.17
 
+A CPU-only venv will do (0.5.18-0.5.22 were extracted on 2026-12-05 in one Python 3.11 venv with torch 2.13.0's CPU
+build and each release installed ``--no-deps`` with its pinned transformers and tokenizers, plus the pure-Python
+packages its imports need; PyPI's torchvision wheel needs CUDA torch, so its two ``register_fake`` lines were guarded
+by ``torchvision.extension._has_ops()`` in that scratch venv: nothing it answers comes from torchvision).
+
 It writes ``roles/sglang_plan/files/sglang-<version>.json`` and the simulator's own copy of it,
 ``simulator/src/sglang_simulator/data/sglang-<version>.json`` (byte-identical: tests/simulator/test_owns_its_model.py), for the
 installed version (which must have an entry in ``RETIRED_FLAGS`` / ``RETIRED_ENV``).
@@ -118,8 +123,45 @@ _RETIRED_FLAGS_0_5_17: dict[str, str | None] = {
     "--custom-sigquit-handler": None,
     "--debug-tensor-dump-inject": None,
 }
+# 0.5.18-0.5.22: each release's own parser compared with the release before it (the flag's "new_flag" in the
+# release before the one that dropped it names the replacement), on top of the flags retired before.
+_RETIRED_FLAGS_0_5_18: dict[str, str | None] = {**_RETIRED_FLAGS_0_5_17, "--torchao-config": None}
+_RETIRED_FLAGS_0_5_19: dict[str, str | None] = dict(_RETIRED_FLAGS_0_5_18)
+# 0.5.20 dropped the deprecated aliases 0.5.18 and 0.5.19 still registered (0.5.23's list, less the two whose
+# replacement 0.5.20 still has in another form).
+_RETIRED_FLAGS_0_5_20: dict[str, str | None] = {
+    **_RETIRED_FLAGS_0_5_19,
+    **{
+        old: new
+        for old, new in _RETIRED_FLAGS_0_5_23.items()
+        if old not in ("--enforce-piecewise-cuda-graph", "--piecewise-cuda-graph-compiler")
+    },
+    "--enforce-piecewise-cuda-graph": "--cuda-graph-backend-prefill=tc_piecewise",
+    "--piecewise-cuda-graph-compiler": "--cuda-graph-tc-compiler",
+    "--dsa-prefill-cp-mode": "--cp-strategy",
+    "--prefill-cp-mode": "--cp-strategy",
+    "--enable-dsa-prefill-context-parallel": "--enable-prefill-cp",
+}
+_RETIRED_FLAGS_0_5_21: dict[str, str | None] = {
+    **_RETIRED_FLAGS_0_5_20,
+    "--elastic-ep-rejoin": None,
+    "--keep-mm-feature-on-device": None,
+}
+# 0.5.22 dropped the torch.compile piecewise backend (cuda_graph_config.py: "tc_piecewise was removed") and its
+# compiler flag.
+_RETIRED_FLAGS_0_5_22: dict[str, str | None] = {
+    **_RETIRED_FLAGS_0_5_21,
+    "--enforce-piecewise-cuda-graph": None,
+    "--piecewise-cuda-graph-compiler": None,
+    "--cuda-graph-tc-compiler": None,
+}
 RETIRED_FLAGS: dict[str, dict[str, str | None]] = {
     "0.5.17": _RETIRED_FLAGS_0_5_17,
+    "0.5.18": _RETIRED_FLAGS_0_5_18,
+    "0.5.19": _RETIRED_FLAGS_0_5_19,
+    "0.5.20": _RETIRED_FLAGS_0_5_20,
+    "0.5.21": _RETIRED_FLAGS_0_5_21,
+    "0.5.22": _RETIRED_FLAGS_0_5_22,
     "0.5.23": _RETIRED_FLAGS_0_5_23,
 }
 
@@ -158,12 +200,26 @@ _RETIRED_ENV_0_5_17: dict[str, str | None] = {
     "SGLANG_USE_FUSED_METADATA_COPY": None,
 }
 # Where each release's RETIRED_FLAGS / RETIRED_ENV entries come from (written into the table's "source").
+_BETWEEN = "a comparison with the release before it (its add_cli_args flags and the deprecated aliases' new_flag)"
 RETIRED_PROVENANCE: dict[str, str] = {
     "0.5.17": "a comparison with SGLang 0.5.11 (its add_cli_args flags and srt/environ.py Envs)",
+    **{version: _BETWEEN for version in ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")},
     "0.5.23": "the deprecation registrations of the 0.5.2x development line",
+}
+# 0.5.18-0.5.22: the variables of 0.5.17's and 0.5.23's lists this release no longer mentions (0.5.21 dropped
+# all of 0.5.23's list but SGLANG_ENABLE_UNIFIED_RADIX_TREE, which 0.5.22 still reads).
+_RETIRED_ENV_0_5_18: dict[str, str | None] = dict(_RETIRED_ENV_0_5_17)
+_RETIRED_ENV_0_5_21: dict[str, str | None] = {
+    **_RETIRED_ENV_0_5_17,
+    **{old: new for old, new in _RETIRED_ENV_0_5_23.items() if old != "SGLANG_ENABLE_UNIFIED_RADIX_TREE"},
 }
 RETIRED_ENV: dict[str, dict[str, str | None]] = {
     "0.5.17": _RETIRED_ENV_0_5_17,
+    "0.5.18": _RETIRED_ENV_0_5_18,
+    "0.5.19": _RETIRED_ENV_0_5_18,
+    "0.5.20": _RETIRED_ENV_0_5_18,
+    "0.5.21": _RETIRED_ENV_0_5_21,
+    "0.5.22": _RETIRED_ENV_0_5_21,
     "0.5.23": _RETIRED_ENV_0_5_23,
 }
 
@@ -300,9 +356,7 @@ def _static_entry_classes(path: Path) -> list[str]:
     tree = ast.parse(path.read_text())
     names: list[str] = []
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets
-        ):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
             values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
             names += [v.id for v in values if isinstance(v, ast.Name)]
     return names
@@ -339,9 +393,7 @@ def _speculative() -> tuple[list[str], dict[str, str]]:
             # 0.5.17 resolves NEXTN in the server-args hook before from_string sees it.
             from sglang.srt.arg_groups.speculative_hook import _resolve_speculative_algorithm_alias
 
-            return str(
-                SpeculativeAlgorithm.from_string(_resolve_speculative_algorithm_alias(alias, None)).name
-            )
+            return str(SpeculativeAlgorithm.from_string(_resolve_speculative_algorithm_alias(alias, None)).name)
 
     names = {m.name for m in SpeculativeAlgorithm if m.name != "NONE"}
     aliases = {alias: target(alias) for alias in sorted(_RESERVED_ALIASES)}
@@ -379,12 +431,8 @@ def _deprecated_env_static(path: Path) -> dict[str, str]:
                 if len(args) == 1:
                     out[args[0]] = f"Environment variable {args[0]} has been deprecated."
                 elif args[1]:
-                    out[args[0]] = (
-                        f"Environment variable {args[0]} will be deprecated, please use {args[1]} instead"
-                    )
-            elif (
-                node.func.id == "_warn_deprecated_env_to_cli_flag" and len(args) == 2 and args[0] and args[1]
-            ):
+                    out[args[0]] = f"Environment variable {args[0]} will be deprecated, please use {args[1]} instead"
+            elif node.func.id == "_warn_deprecated_env_to_cli_flag" and len(args) == 2 and args[0] and args[1]:
                 out[args[0]] = f"Environment variable {args[0]} is deprecated. {args[1]}"
         elif (
             isinstance(node, ast.AnnAssign | ast.Assign)
@@ -397,10 +445,7 @@ def _deprecated_env_static(path: Path) -> dict[str, str]:
             for key, value in zip(node.value.keys, node.value.values, strict=True):
                 old, new = _literal_str(key) if key else None, _literal_str(value)
                 if old and new:
-                    out[old] = (
-                        f"Environment variable {old} (in ms) is deprecated, "
-                        f"please use {new} (in seconds) instead"
-                    )
+                    out[old] = f"Environment variable {old} (in ms) is deprecated, please use {new} (in seconds) instead"
     return dict(sorted(out.items()))
 
 
@@ -670,7 +715,7 @@ def _non_generation_architectures(pkg: Path) -> list[str]:
             }
             if found:
                 return sorted(found)
-    raise SystemExit(f"{path}: no is_generation_model with `\"...\" in model_architectures` tests")
+    raise SystemExit(f'{path}: no is_generation_model with `"..." in model_architectures` tests')
 
 
 def _ignores_case(call: ast.Call) -> bool:
@@ -824,16 +869,11 @@ def main() -> int:
             "sglang.srt.plugins.load_plugins() (plugins: "
             + (", ".join(plugins) or "none")
             + "); architectures from sglang.srt.models.registry.ModelRegistry"
-            + (
-                " plus the EntryClass of modules not importable on CPU (" + ", ".join(static_only) + ")"
-                if static_only
-                else ""
-            )
+            + (" plus the EntryClass of modules not importable on CPU (" + ", ".join(static_only) + ")" if static_only else "")
             + "; speculative algorithms from sglang.srt.speculative.spec_info; "
             "environment names from the package source; renamed/removed flags and "
             f"environment variables from {RETIRED_PROVENANCE[sglang.__version__]}, "
-            "verified absent from this release. "
-            + MULTIMODAL_SOURCE
+            "verified absent from this release. " + MULTIMODAL_SOURCE
         ),
         "flags": flags,
         "cuda_graph_config_keys": _cuda_graph_config_keys(),

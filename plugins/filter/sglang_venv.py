@@ -14,9 +14,11 @@ from ansible_collections.sglang.fleet.plugins.module_utils.problems import probl
 # 0.5.17-0.5.21, cp311-cp313 for 0.5.22 and 0.5.23, all manylinux_2_34, nothing below glibc 2.34; an older glibc gets
 # an old release's wheel when nothing pins the version): on 3.13 outlines-core==0.1.26 has no wheel, on 3.10 26 of
 # 0.5.17's pinned packages (airportsdata, numpy 2.3.5, scipy 1.17.1, pandas 3.1.1, ...) and 24 of 0.5.23's have none.
+# 0.5.18-0.5.22 (wheels cp310-cp313 up to 0.5.21, cp311-cp313 for 0.5.22 (Requires-Python >=3.11), all
+# manylinux_2_34) pin the same outlines==0.1.11 (outlines-core 0.1.26: no cp313 wheel) and numpy/scipy lines as the
+# two releases resolved by hand, so the same range holds.
 WHEEL_TAGS: dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int]]] = {
-    "0.5.17": ((3, 11), (3, 12), (2, 34)),
-    "0.5.23": ((3, 11), (3, 12), (2, 34)),
+    version: ((3, 11), (3, 12), (2, 34)) for version in ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 }
 NEWEST = max(WHEEL_TAGS, key=lambda release: tuple(int(part) for part in release.split(".")))
 # The gateway package's first release under its own name: smg 1.x (sglang-router stopped at 0.3.2).

@@ -131,7 +131,17 @@ def pinned_support(
 
 
 def since(versions: Sequence[str]) -> str:
-    return ", ".join(f"SGLang {version}" for version in versions)
+    """The versions (newest first, as versions_with gives them) as "SGLang 0.5.17-0.5.20, 0.5.23": oldest first, runs
+    of consecutive releases as one range."""
+    runs: list[list[str]] = []
+    for version in sorted(versions, key=version_key):
+        last = runs[-1][-1] if runs else ""
+        key, before = version_key(version), version_key(last) if last else ()
+        if before and key[:-1] == before[:-1] and key[-1] == before[-1] + 1:
+            runs[-1].append(version)
+        else:
+            runs.append([version])
+    return "SGLang " + ", ".join(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 # Options whose value is a secret: in sglang_server_args it would land in the 0644 unit, in --diff and in /proc.
@@ -163,14 +173,19 @@ def _release(version: str) -> tuple[int, ...]:
 
 def gone_since(support: Support, flag: str) -> str:
     """When `flag` (retired in `support`'s version) went: after the newest older supported release that still accepts
-    it, as "after SGLang 0.5.17 (gone in 0.5.23; deprecated in 0.5.17)"; "" when no older supported release has it.
-    The supported releases bound the window: a release between them without a table cannot be named."""
+    it, in the first supported release after that one (every release from 0.5.17 on has a table, so that is the
+    release that removed it), as "after SGLang 0.5.19 (gone in 0.5.20; deprecated in 0.5.19)"; "" when no older
+    supported release has it."""
     older = [o for o in support.others if _release(o.version) < _release(support.version) and flag in o.flags]
     if not older:
         return ""
     last = max(older, key=lambda other: _release(other.version))
+    gone = min(
+        (o for o in (support, *support.others) if _release(last.version) < _release(o.version) <= _release(support.version)),
+        key=lambda other: _release(other.version),
+    )
     deprecated = f"; deprecated in {last.version}" if last.flags[flag].deprecated else ""
-    return f" after SGLang {last.version} (gone in {support.version}{deprecated})"
+    return f" after SGLang {last.version} (gone in {gone.version}{deprecated})"
 
 
 def check_flag(problems: HostProblems, support: Support, where: str, variable: str, flag: str, value: Any) -> bool:

@@ -1,11 +1,24 @@
-"""SGLang versions per host: ct129 moves to 0.5.17 (the simulator in 0.5.17 mode) and back to 0.5.23."""
+"""SGLang versions per host: every supported release passes preflight, and ct129 moves to 0.5.17 (the simulator in
+0.5.17 mode) and back to 0.5.23."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 from fleet import Run, on_host, overlay_inventory, run_playbook
+
+ROOT = Path(__file__).resolve().parents[2]
+SIMULATOR_PYTHON = "/opt/sglang/simulator-0.5.23/bin/python"
+# Every release with a support table and a constraints file (what preflight accepts as sglang_version).
+RELEASES = sorted(
+    (
+        path.name.removeprefix("sglang-").removesuffix(".json")
+        for path in (ROOT / "roles/sglang_plan/files").glob("sglang-*.json")
+    ),
+    key=lambda version: tuple(int(part) for part in version.split(".")),
+)
 
 
 def served_version(host: str, port: int) -> str:
@@ -13,6 +26,28 @@ def served_version(host: str, port: int) -> str:
         f"import json, urllib.request; print(json.load(urllib.request.urlopen('http://127.0.0.1:{port}/server_info'))['version'])"
     )
     return on_host(host, "python3", "-c", script).strip()
+
+
+def test_every_release_is_known() -> None:
+    assert RELEASES == ["0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
+    for version in RELEASES:
+        assert (ROOT / f"roles/sglang_venv/files/constraints-{version}.txt").is_file(), version
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_each_release_passes_preflight(sandbox: Run, tmp_path: Path, version: str) -> None:
+    """Both sandbox hosts' settings pass preflight against the release's own table (--tags preflight installs
+    nothing), and the hosts' simulator stands in for that release when asked to (SGLANG_SIM_VERSION, as the deploy
+    sets it from sglang_version)."""
+    inventory = overlay_inventory(tmp_path, group_vars={"sglang_version": version})
+    checked = run_playbook("deploy.yml", inventory=inventory, tags="preflight")
+    assert checked.rc == 0, checked.failure_messages()
+    plans = {data["host"]: data["res"]["plan"] for data in checked.results() if data["task"].startswith("Gather GPUs")}
+    assert sorted(plans) == ["b200", "ct129"]
+    assert all(plan["problems"] == [] and plan["instances"] for plan in plans.values()), plans
+    script = "from sglang_simulator.facts import load_facts, release; print(load_facts(release()).sglang_version)"
+    stands_in = on_host("ct129", "env", f"SGLANG_SIM_VERSION={version}", SIMULATOR_PYTHON, "-c", script)
+    assert stands_in.strip() == version
 
 
 def test_a_host_moves_to_0_5_17_and_back(sandbox: Run, tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def test_the_installed_package_resolves_inside_simulator() -> None:
     assert Path(spec.origin).resolve().is_relative_to(SIMULATOR.resolve())
 
 
-@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+@pytest.mark.parametrize("version", [f"0.5.{n}" for n in range(17, 24)])
 def test_both_copies_of_a_releases_table_are_the_extractors_same_bytes(version: str) -> None:
     simulators = SIMULATOR / f"src/sglang_simulator/data/sglang-{version}.json"
     products = ROOT / f"roles/sglang_plan/files/sglang-{version}.json"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .conftest import StartServer
 
 
@@ -32,3 +34,29 @@ def test_the_default_is_0_5_23(start_server: StartServer, model_dir: Path) -> No
     server.wait_ready()
     info = server.get("/server_info").json()
     assert info["version"] == "0.5.23" and "enable_watermark" in info
+
+
+# What each release's srt/entrypoints/http_server.py registers of the routes that came or went after
+# 0.5.17, and whether srt/utils/auth.py decide_request_auth lets /ready through without the key (read in
+# each release's wheel, 2026-12-05: `@app.get("/get_load")` up to 0.5.20; `@app.get("/ready")` and
+# `path.startswith("/ready")` from 0.5.20 on).
+ROUTES_BY_RELEASE = {
+    "0.5.17": {"/get_load"},
+    "0.5.18": {"/get_load"},
+    "0.5.19": {"/get_load"},
+    "0.5.20": {"/get_load", "/ready"},
+    "0.5.21": {"/ready"},
+    "0.5.22": {"/ready"},
+    "0.5.23": {"/ready"},
+}
+
+
+@pytest.mark.parametrize("version", sorted(ROUTES_BY_RELEASE))
+def test_each_release_serves_its_own_probe_routes(version: str) -> None:
+    from sglang_simulator.facts import available_releases
+    from sglang_simulator.server import has_ready, route_table
+
+    assert version in available_releases()
+    routes = set(route_table(version, enable_metrics=True))
+    assert routes & {"/get_load", "/ready"} == ROUTES_BY_RELEASE[version]
+    assert has_ready(version) == ("/ready" in ROUTES_BY_RELEASE[version])

@@ -279,7 +279,7 @@ def test_the_same_shape_is_no_reshape(plan: Plan) -> None:
 
 def test_every_host_problem_is_kept_not_only_the_first(plan: Plan) -> None:
     problems = plan("b200", sglang_server_args={"cuda-graph-max-bs": 512, "mamba-scheduler-strategy": "extra_buffer"})["problems"]
-    assert len([p for p in problems if "was removed after SGLang 0.5.17 (gone in 0.5.23" in p]) == 2
+    assert len([p for p in problems if "was removed after SGLang 0.5.19 (gone in 0.5.20" in p]) == 2
 
 
 def test_command_lines_the_runtime_parser_refused_are_problems(plan: Plan) -> None:

@@ -39,6 +39,23 @@ _EXEMPT_PREFIXES = ("/health", "/ready", "/metrics")
 # path.startswith("/metrics")`; it has no /ready route, so /ready without a key is 401 and with it 404
 # (tests/recordings/sglang-0.5.17-h200-keyed-routes).
 _LEGACY_EXEMPT_PREFIXES = ("/health", "/metrics")
+# The releases whose srt/entrypoints/http_server.py registers each route that came or went after 0.5.17,
+# read in each release's wheel: /ready (and its key exemption in srt/utils/auth.py) from 0.5.20 on;
+# /get_load up to 0.5.20.
+READY_SINCE = (0, 5, 20)
+GET_LOAD_UNTIL = (0, 5, 20)
+
+
+def has_ready(version: str) -> bool:
+    """Whether SGLang `version` serves /ready (and lets it through without the key)."""
+    return responses.version_tuple(version) >= READY_SINCE
+
+
+def has_get_load(version: str) -> bool:
+    """Whether SGLang `version` still serves the deprecated /get_load (sglang-router 0.3.2's load poll)."""
+    return responses.version_tuple(version) <= GET_LOAD_UNTIL
+
+
 # Starlette's CORSMiddleware as srt/entrypoints/http_server.py (0.5.17 line 460) adds it (allow_origins=["*"],
 # allow_credentials=True, allow_methods=["*"], allow_headers=["*"]): starlette/middleware/cors.py ALL_METHODS.
 _CORS_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY")
@@ -149,9 +166,9 @@ def route_table(version: str, enable_metrics: bool) -> dict[str, dict[str, str]]
         "/v1/loads": {"GET": "loads"},
         "/update_weights_from_disk": {"POST": "update_weights_from_disk"},
     }
-    if responses.is_legacy(version):
-        routes["/get_load"] = {"GET": "get_load"}  # gone in 0.5.23
-    else:
+    if has_get_load(version):
+        routes["/get_load"] = {"GET": "get_load"}  # gone in 0.5.21
+    if has_ready(version):
         routes["/ready"] = {"GET": "ready"}  # 0.5.17 has none (recorded: 404 with the key)
     if enable_metrics:
         routes["/metrics"] = {"GET": "metrics"}
@@ -258,7 +275,7 @@ class Handler(BaseHTTPRequestHandler):
         if not api_key and not settings.get("admin_api_key"):
             return True
         path = self.path.split("?", 1)[0]
-        exempt = _LEGACY_EXEMPT_PREFIXES if responses.is_legacy(self.app.version) else _EXEMPT_PREFIXES
+        exempt = _EXEMPT_PREFIXES if has_ready(self.app.version) else _LEGACY_EXEMPT_PREFIXES
         if self.command == "OPTIONS" or path.startswith(exempt):
             return True
         if not api_key:
