@@ -20,7 +20,7 @@ FIRST = "Listen on rank 0's rendezvous port for the other nodes' check, where no
 
 
 def check_tasks() -> list[dict[str, Any]]:
-    tasks = yaml.safe_load((ROOT / "roles/sglang_plan/tasks/main.yml").read_text())
+    tasks: list[dict[str, Any]] = yaml.safe_load((ROOT / "roles/sglang_plan/tasks/main.yml").read_text())
     return tasks[[task.get("name") for task in tasks].index(FIRST) :]
 
 
@@ -33,7 +33,7 @@ def free_port() -> int:
 def run_check(tmp_path: Path, port: int) -> dict[str, list[str]]:
     """Each host's sglang_nodes_preflight_problems after the check."""
     item = {"instance": "sglang-30000", "group": "big", "port": port}
-    hosts = {
+    hosts: dict[str, dict[str, Any]] = {
         "r0": {"_sglang_plan_rendezvous": {"listen": [{**item, "connections": 1, "seconds": 6}], "reach": []}},
         "r1": {"_sglang_plan_rendezvous": {"listen": [],
                                            "reach": [{**item, "rank_0": "r0", "address": "127.0.0.1", "seconds": 3}]}},
