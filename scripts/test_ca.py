@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -33,13 +34,23 @@ def subject_names(names: list[str]) -> list[x509.GeneralName]:
     return found
 
 
-def covers(certificate: Path, names: list[str]) -> bool:
-    """Whether `certificate` exists, is valid for another day, and names every one of `names`."""
+def covers(directory: Path, names: list[str]) -> bool:
+    """Whether the directory's server certificate exists, is valid for another day, names every one of `names`, was
+    issued by its ca.pem, and goes with its server.key (a run cut short between the files, or a file replaced, makes
+    all three again)."""
     try:
-        loaded = x509.load_pem_x509_certificate(certificate.read_bytes())
-    except (OSError, ValueError):
+        loaded = x509.load_pem_x509_certificate((directory / "server.pem").read_bytes())
+        ca = x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes())
+        key = serialization.load_pem_private_key((directory / "server.key").read_bytes(), password=None)
+        loaded.verify_directly_issued_by(ca)
+    except (OSError, ValueError, TypeError, InvalidSignature):
         return False
     if loaded.not_valid_after_utc < datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1):
+        return False
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(serialization.Encoding.PEM, public) != loaded.public_key().public_bytes(
+        serialization.Encoding.PEM, public
+    ):
         return False
     present = set(loaded.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
     return set(subject_names(names)) <= present
@@ -95,9 +106,7 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     directory, names = Path(argv[0]), argv[1:]
-    if not (
-        covers(directory / "server.pem", names) and (directory / "ca.pem").is_file() and (directory / "server.key").is_file()
-    ):
+    if not covers(directory, names):
         make(directory, names)
     return 0
 

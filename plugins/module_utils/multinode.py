@@ -309,9 +309,9 @@ REACH_SECONDS = 5
 
 def rendezvous_checks(instances: Sequence[Mapping[str, Any]], listening: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Preflight's TCP check between the nodes, as data for its tasks: `listen`, the rendezvous ports rank 0 opens for
-    the check where nothing listens yet ({port, connections: the other nodes' count, seconds}; a port held already, by
-    the running rank 0 or by another program that rendezvous_problems names, is reached as it is), and `reach`, what
-    every node of another rank connects to ({instance, group, rank_0, address, port, seconds})."""
+    the check where nothing listens yet ({instance, group, port, connections: the other nodes' count, seconds}; a port
+    held already, by the running rank 0 or by another program that rendezvous_problems names, is reached as it is), and
+    `reach`, what every node of another rank connects to ({instance, group, rank_0, address, port, seconds})."""
     held = {entry.get("port") for entry in listening}
     listen, reach = [], []
     for instance in instances:
@@ -320,7 +320,15 @@ def rendezvous_checks(instances: Sequence[Mapping[str, Any]], listening: Sequenc
         port = instance["rendezvous_port"]
         if instance["node_rank"] == 0:
             if port not in held:
-                listen.append({"port": port, "connections": instance["nnodes"] - 1, "seconds": REACH_SECONDS * 3})
+                listen.append(
+                    {
+                        "instance": instance["name"],
+                        "group": instance.get("group"),
+                        "port": port,
+                        "connections": instance["nnodes"] - 1,
+                        "seconds": REACH_SECONDS * 3,
+                    }
+                )
             continue
         address = rendezvous_host(str(instance["rendezvous"]))
         reach.append(
@@ -336,10 +344,13 @@ def rendezvous_checks(instances: Sequence[Mapping[str, Any]], listening: Sequenc
     return {"listen": listen, "reach": reach}
 
 
-def unreached_problems(host: str, results: Sequence[Mapping[str, Any]]) -> list[str]:
+def unreached_problems(host: str, results: Sequence[Mapping[str, Any]], listened: Sequence[Mapping[str, Any]] = ()) -> list[str]:
     """A line per rendezvous this node could not reach (the registered wait_for results of rendezvous_checks' reach,
-    each made not to fail the task: wait_for says `state: started` when it connected, else why in `msg`)."""
-    lines = []
+    each made not to fail the task: wait_for says `state: started` when it connected, else why in `msg`), and, on rank
+    0, per check listener that did not end well (`listened`: the registered async_status results of its jobs, made not
+    to fail the task: `rc` 0 when it listened; else the port was taken after the host's facts were read, by a program
+    that answered the other nodes in its stead, or the listener could not run)."""
+    lines = [listener_problem(host, result) for result in listened if not result.get("skipped") and result.get("rc") != 0]
     for result in results:
         if result.get("skipped") or result.get("state") == "started":
             continue
@@ -357,6 +368,21 @@ def unreached_problems(host: str, results: Sequence[Mapping[str, Any]]) -> list[
             )
         )
     return lines
+
+
+def listener_problem(host: str, result: Mapping[str, Any]) -> str:
+    """The problem line of rank 0's check listener that did not end well (unreached_problems)."""
+    item = dict((result.get("item") or {}).get("item") or {})
+    why = str(result.get("stderr") or result.get("msg") or "it did not end").strip().splitlines() or ["no answer"]
+    return problem_line(
+        host,
+        f"instance {item.get('instance')}",
+        f"{VARIABLE}.{item.get('group')}.rendezvous_port",
+        item.get("port"),
+        f"rank 0 could not listen on port {item.get('port')} for the other nodes' check ({why[-1]}): another program"
+        " may hold it now, and would answer them in rank 0's stead",
+        "stop the program that holds the port (ss -ltnp) or choose another rendezvous_port",
+    )
 
 
 def rendezvous_host(rendezvous: str) -> str:
@@ -393,4 +419,3 @@ def route_to(address: str, run: Run) -> dict[str, str]:
         return {"ip": ip, "interface": held.group(1)}
     dev = re.search(r"\bdev\s+(\S+)", out)
     return {"ip": ip, "interface": dev.group(1)} if dev else {"ip": ip, "error": f"ip route get {ip}: {out.strip()}"}
-

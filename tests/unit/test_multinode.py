@@ -4,12 +4,18 @@ as a whole."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+import yaml
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import http_instances
 from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses, node_problems
+from fleet import ROOT
 
 Plan = Callable[..., dict[str, Any]]
 NODES = ["ct129", "ct130"]
@@ -285,7 +291,8 @@ def test_preflight_checks_every_node_reaches_rank_0s_rendezvous_port(node_plan: 
 
     zero, one = node_plan("ct129")["instances"], node_plan("ct130")["instances"]
     # Rank 0 listens for the check where nothing listens yet, until its one other node connected.
-    assert rendezvous_checks(zero, []) == {"listen": [{"port": 25000, "connections": 1, "seconds": 15}], "reach": []}
+    listen = {"instance": "sglang-30000", "group": "big", "port": 25000, "connections": 1, "seconds": 15}
+    assert rendezvous_checks(zero, []) == {"listen": [listen], "reach": []}
     # Its running rank 0 (or another program, which the plan names) holds the port: reached as it is.
     assert rendezvous_checks(zero, [{"port": 25000}]) == {"listen": [], "reach": []}
     reach = {"instance": "sglang-30000", "group": "big", "rank_0": "ct129", "address": "10.0.0.29", "port": 25000, "seconds": 5}
@@ -303,6 +310,52 @@ def test_preflight_checks_every_node_reaches_rank_0s_rendezvous_port(node_plan: 
         " ct129's port 25000 (a firewall rule), or set the address they reach ct129 at (sglang_advertise_host or"
         " ansible_host of ct129)"
     ]
+
+
+def test_rank_0_whose_check_listener_could_not_listen_is_a_problem(node_plan: Plan) -> None:
+    """The port taken between the host's facts and the listener (another program then answers the other nodes'
+    check in rank 0's stead), or a listener that did not run: a problem line on rank 0, naming the variable."""
+    from ansible_collections.sglang.fleet.plugins.module_utils.multinode import rendezvous_checks, unreached_problems
+
+    [listen] = rendezvous_checks(node_plan("ct129")["instances"], [])["listen"]
+    job = {"ansible_job_id": "j1.2", "item": listen}
+    # As registered from async_status with failed_when: false: the listener's own answer.
+    listened = [{"item": job, "finished": 1, "rc": 0, "stderr": "", "failed": False}, {"item": job, "skipped": True}]
+    assert unreached_problems("ct129", [], listened) == []
+    taken = "cannot listen on port 25000: [Errno 98] Address already in use"
+    failed = [{"item": job, "finished": 1, "rc": 1, "stderr": taken + "\n", "failed": False, "failed_when_result": False}]
+    assert unreached_problems("ct129", [], failed) == [
+        "ct129 instance sglang-30000: sglang_instance_groups.big.rendezvous_port=25000: rank 0 could not listen on port"
+        f" 25000 for the other nodes' check ({taken}): another program may hold it now, and would answer them in rank"
+        " 0's stead; fix: stop the program that holds the port (ss -ltnp) or choose another rendezvous_port"
+    ]
+    # Its job file gone (async_status: could not find job), or still running after its seconds.
+    for result in ({"item": job, "finished": 1, "msg": "could not find job"}, {"item": job, "finished": 0}):
+        assert "rank 0 could not listen on port 25000" in unreached_problems("ct129", [], [result])[0]
+
+
+def test_the_check_listener_says_why_it_cannot_listen() -> None:
+    """Rank 0's listener (roles/sglang_plan/vars/main.yml) run as the task runs it: on a port another socket holds it
+    exits non-zero naming the port; on a free one it accepts its connections and exits 0."""
+    script = yaml.safe_load((ROOT / "roles/sglang_plan/vars/main.yml").read_text())["_sglang_plan_rendezvous_listener"]
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+        held = subprocess.run([sys.executable, "-c", script, str(port), "1", "2"], capture_output=True, text=True, timeout=30)
+    assert held.returncode != 0 and f"cannot listen on port {port}" in held.stderr
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    listener = subprocess.Popen([sys.executable, "-c", script, str(free), "1", "20"], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", free), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert listener.wait(timeout=10) == 0
+    finally:
+        listener.kill()
 
 
 def test_without_an_interface_each_node_takes_the_one_its_route_to_another_node_leaves_on(node_plan: Plan) -> None:
