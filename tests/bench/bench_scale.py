@@ -27,10 +27,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fleet import ROOT, Run, load_through_router, on_host, run_playbook
 
 INVENTORY = ROOT / "inventory/scale"
+# Instances a scale host runs: one a stand-in GPU (inventory/scale/group_vars/sglang_servers.yml).
+PER_HOST = int(yaml.safe_load((INVENTORY / "group_vars/sglang_servers.yml").read_text())["sandbox_machine"]["gpus"]["count"])
 SCRIPT = ROOT / "scripts/scale-hosts.sh"
 # BENCH_SCALE_SIZES="2 6" measures fewer (the 12-host figures take the longest).
 SIZES = tuple(int(size) for size in os.environ.get("BENCH_SCALE_SIZES", "2 6 12").split())
@@ -178,7 +182,7 @@ def main() -> None:
         print(
             f"      25% vs 1: deploy {quarter['wall'] / one['wall']:.2f}, "
             f"rollout {quarter['rollout'] / max(one['rollout'], 1e-9):.2f} (issue 41's goal for 12 hosts: at most 0.33; "
-            f"25% of {count} instances is {max(1, count * 25 // 100)} at a time: "
+            f"25% of {count * PER_HOST} instances ({PER_HOST} a host) is {max(1, count * PER_HOST * 25 // 100)} at a time: "
             f"{one['waves'][0]} vs {quarter['waves'][0]} waves)",
             flush=True,
         )
