@@ -74,6 +74,7 @@ def tls_context() -> ssl.SSLContext:
     """What an https router URL is verified with: the fleet's CA (CA_FILE) when set, else the system's CAs."""
     return ssl.create_default_context(cafile=os.environ.get(CA_FILE) or None)
 
+
 # The router's URL as the fleet's own clients reach it (the role's rule for an address that listens everywhere).
 ROUTER_URL = "SGLANG_FLEET_ROUTER_URL"
 
