@@ -274,7 +274,9 @@ def test_a_unit_edited_by_hand_is_shown_by_check_diff_then_put_back_and_only_its
     before = unit_starts("b200")
     checked = run_playbook("deploy.yml", limit="b200", cmdline="--check --diff")
     assert checked.rc == 0, checked.failure_messages()
-    diffs = [d for data in checked.results() for d in data["res"].get("diff") or [] if data["res"].get("changed")]
+    # A task's diff is a list of file diffs, or one dict (the rollout's: {"prepared": "<instance>: restart\n"}).
+    changed = [data["res"].get("diff") or [] for data in checked.results() if data["res"].get("changed")]
+    diffs = [d for diff in changed for d in ([diff] if isinstance(diff, dict) else diff)]
     assert [d["after_header"] for d in diffs if "RestartSec=1" in d.get("before", "")] == [unit]
     assert unit_starts("b200") == before, "--check restarted something"
     mended = run_playbook("deploy.yml", limit="b200")
