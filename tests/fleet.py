@@ -316,3 +316,10 @@ def chat_requests(host: str, port: int) -> float:
     )
     series = 'sglang:http_requests_total{endpoint="/v1/chat/completions",method="POST"} '
     return sum(float(line[len(series) :]) for line in text.splitlines() if line.startswith(series))
+
+
+def changed_diffs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The diffs of the changed tasks among `results` (each a task's result): a task's diff is a list of file diffs, or
+    one dict (the rollout's check-mode lines: {"prepared": "<instance>: restart\\n"})."""
+    found = [res.get("diff") or [] for res in results if res.get("changed")]
+    return [diff for each in found for diff in ([each] if isinstance(each, dict) else each)]

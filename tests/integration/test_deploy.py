@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import yaml
-from fleet import ROOT, Run, http_status, on_host, overlay_inventory, run_playbook, unit_starts
+from fleet import ROOT, Run, changed_diffs, http_status, on_host, overlay_inventory, run_playbook, unit_starts
 
 
 def test_a_second_sandbox_run_changes_nothing(sandbox: Run) -> None:
@@ -274,9 +274,7 @@ def test_a_unit_edited_by_hand_is_shown_by_check_diff_then_put_back_and_only_its
     before = unit_starts("b200")
     checked = run_playbook("deploy.yml", limit="b200", cmdline="--check --diff")
     assert checked.rc == 0, checked.failure_messages()
-    # A task's diff is a list of file diffs, or one dict (the rollout's: {"prepared": "<instance>: restart\n"}).
-    changed = [data["res"].get("diff") or [] for data in checked.results() if data["res"].get("changed")]
-    diffs = [d for diff in changed for d in ([diff] if isinstance(diff, dict) else diff)]
+    diffs = changed_diffs([data["res"] for data in checked.results()])
     assert [d["after_header"] for d in diffs if "RestartSec=1" in d.get("before", "")] == [unit]
     assert unit_starts("b200") == before, "--check restarted something"
     mended = run_playbook("deploy.yml", limit="b200")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import yaml
-from fleet import Run, file_digests, on_host, overlay_inventory, run_playbook, unit_starts
+from fleet import Run, changed_diffs, file_digests, on_host, overlay_inventory, run_playbook, unit_starts
 
 
 def test_status_table_shows_every_instance_ready_and_sandboxed(sandbox: Run) -> None:
@@ -135,9 +135,7 @@ def test_check_mode_tells_the_truth_and_changes_nothing(sandbox: Run, tmp_path: 
     planned = run_playbook("deploy.yml", inventory=inventory, cmdline="--check --diff", limit="b200")
     assert planned.rc == 0, planned.failure_messages()
     results = [data["res"] for data in planned.results() + planned.results("runner_item_on_ok")]
-    # A task's diff is a list of file diffs, or one dict (the rollout's: {"prepared": "<instance>: restart\n"}).
-    changed = [res.get("diff") or [] for res in results if res.get("changed")]
-    diffs = [d for diff in changed for d in ([diff] if isinstance(diff, dict) else diff)]
+    diffs = changed_diffs(results)
     assert any("--max-running-requests 64" in d.get("after", "") for d in diffs), "the unit diff is shown"
     assert not any(token in json.dumps(res.get("diff", [])) for res in results)
     rolls = [data["res"] for data in planned.results() if data["task"].startswith("Roll the changed running")]
