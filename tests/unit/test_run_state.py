@@ -40,6 +40,15 @@ def render(template: str, **variables: Any) -> Any:
     return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(template))
 
 
+def rendered(value: Any, variables: dict[str, Any]) -> Any:
+    """A structure of role variables with each template string in it rendered as Ansible would (render)."""
+    if isinstance(value, dict):
+        return {key: rendered(item, variables) for key, item in value.items()}
+    if isinstance(value, list):
+        return [rendered(item, variables) for item in value]
+    return render(value, **variables) if isinstance(value, str) and "{{" in value else value
+
+
 def instance(port: int, **more: Any) -> dict[str, Any]:
     unit = f"sglang-{port}.service"
     return {"name": f"sglang-{port}", "unit": unit, "files": {"last_good": [[f"/etc/systemd/system/{unit}", "/x"]]}, **more}
@@ -243,13 +252,6 @@ def test_the_server_request_is_the_structure_it_replaced(problems: list[str]) ->
     import yaml
     from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_server_request
 
-    def rendered(value: Any, variables: dict[str, Any]) -> Any:
-        if isinstance(value, dict):
-            return {key: rendered(item, variables) for key, item in value.items()}
-        if isinstance(value, list):
-            return [rendered(item, variables) for item in value]
-        return render(value, **variables) if isinstance(value, str) and "{{" in value else value
-
     server = ROOT / "roles/sglang_server"
     variables: dict[str, Any] = {**yaml.safe_load((server / "defaults/main.yml").read_text())}
     variables |= {name: value for name, value in yaml.safe_load((server / "vars/main.yml").read_text()).items()
@@ -386,13 +388,6 @@ decide: {}
 def test_the_cuda_request_is_the_structure_it_replaced(method: str, family: str) -> None:
     import yaml
     from ansible_collections.sglang.fleet.plugins.filter.cuda import cuda_request
-
-    def rendered(value: Any, variables: dict[str, Any]) -> Any:
-        if isinstance(value, dict):
-            return {key: rendered(item, variables) for key, item in value.items()}
-        if isinstance(value, list):
-            return [rendered(item, variables) for item in value]
-        return render(value, **variables) if isinstance(value, str) and "{{" in value else value
 
     cuda = ROOT / "roles/cuda"
     variables: dict[str, Any] = {name: value for name, value in yaml.safe_load((cuda / "defaults/main.yml").read_text()).items()
