@@ -142,15 +142,19 @@ class FakeRouter:
         return Handler
 
 
-@pytest.fixture
-def router() -> Iterator[FakeRouter]:
-    fake = FakeRouter()
+def served(fake: FakeRouter) -> Iterator[FakeRouter]:
+    """The fake answering in a thread of its own while the test runs, shut down after it (the fixtures' body)."""
     thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
     thread.start()
     yield fake
     fake.server.shutdown()
     fake.server.server_close()
     thread.join(timeout=5)
+
+
+@pytest.fixture
+def router() -> Iterator[FakeRouter]:
+    yield from served(FakeRouter())
 
 
 def methods(router: FakeRouter) -> list[tuple[str, str]]:
@@ -336,12 +340,7 @@ def tls_router(test_ca: Path) -> Iterator[FakeRouter]:
     context.load_cert_chain(test_ca / "server.pem", test_ca / "server.key")
     fake.server.socket = context.wrap_socket(fake.server.socket, server_side=True)
     fake.url = fake.url.replace("http://", "https://")
-    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
-    thread.start()
-    yield fake
-    fake.server.shutdown()
-    fake.server.server_close()
-    thread.join(timeout=5)
+    yield from served(fake)
 
 
 def test_a_tls_gateway_is_managed_with_the_fleets_ca_and_refused_without_it(tls_router: FakeRouter, test_ca: Path) -> None:
