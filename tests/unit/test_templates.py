@@ -384,6 +384,9 @@ def test_the_router_runs_as_its_own_account_that_can_write_nothing() -> None:
     assert account["user"] == account["group"] == "{{ sglang_router_user }}"
     defaults = yaml.safe_load((ROUTER / "defaults/main.yml").read_text())
     assert defaults["sglang_router_user"] not in ("root", "sglang")
+    # It reaches the unit's User= line: preflight refuses a control character in it (a newline would add unit lines).
+    preflight = (ROUTER / "tasks/preflight.yml").read_text()
+    assert "systemd_text_problems({'sglang_router_user': sglang_router_user," in preflight
 
 
 def test_a_gateway_over_tls_names_its_ca_to_its_launcher_and_its_certificate_to_smg() -> None:
