@@ -46,9 +46,16 @@ def test_router_serves_and_lists_every_worker_to_its_admin_key_only(sandbox: Run
     assert keys == "640 root sglang-router"
     unit = on_host("b200", "systemctl", "show", "--property=User,Group", "sglang-router.service").split()
     assert sorted(unit) == ["Group=sglang-router", "User=sglang-router"]
-    refused = on_host("b200", "runuser", "-u", "sglang", "--", "sh", "-c",
-                      "cat /etc/sglang-router/router.json >/dev/null 2>&1 && echo read || echo refused").strip()
+    as_servers = "cat /etc/sglang-router/router.json >/dev/null 2>&1 && echo read || echo refused"
+    refused = on_host("b200", "runuser", "-u", "sglang", "--", "sh", "-c", as_servers).strip()
     assert refused == "refused"
+    # Its folders are root's, and a host an earlier release deployed (the router as the servers' account, its files
+    # in their secrets folder and home) keeps none of those files.
+    folders = on_host("b200", "stat", "--format=%n %a %U %G", "/etc/sglang-router", "/var/lib/sglang-router").splitlines()
+    assert folders == ["/etc/sglang-router 750 root sglang-router", "/var/lib/sglang-router 750 root sglang-router"]
+    assert "router-workers.json" in on_host("b200", "ls", "-A", "/var/lib/sglang-router")
+    assert "router.json" not in on_host("b200", "ls", "-A", "/etc/sglang-fleet/secrets")
+    assert "router-workers.json" not in on_host("b200", "ls", "-A", "/var/lib/sglang")
 
 
 def test_an_unreachable_host_mid_rollout_leaves_the_others_to_finish(sandbox: Run, tmp_path: Path) -> None:
