@@ -12,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -50,12 +51,13 @@ def test_a_server_with_a_certificate_serves_https_only(
     server.wait_listening()
     https = f"https://127.0.0.1:{server.port}/health"
     trusted = ssl.create_default_context(cafile=str(test_ca / "ca.pem"))
-    for _ in range(200):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
         try:
             if get(https, trusted) == 200:
                 break
-        except urllib.error.HTTPError:
-            pass
+        except urllib.error.HTTPError:  # 503 while it warms up
+            time.sleep(0.05)
     assert get(https, trusted) == 200
     # The system's CAs do not know the certificate.
     with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
