@@ -231,7 +231,7 @@ LOAD_CLIENT = Path(__file__).resolve().parent / "integration/load_client.py"
 # The sandbox's throw-away test CA and the fleet gateway's certificate (inventory/sandbox-on-network.yml names them),
 # made at run time by scripts/test_ca.py (`make sandbox-prometheus` too), and the CA as every sandbox host keeps it.
 SANDBOX_TLS = ROOT / "build/sandbox-tls"
-SANDBOX_CA = "/etc/sglang-fleet/secrets/gateway-ca.pem"
+SANDBOX_CA = "/usr/local/lib/sglang-fleet/gateway-ca.pem"
 
 
 def sandbox_test_ca() -> Path:
@@ -243,7 +243,7 @@ def sandbox_test_ca() -> Path:
 
 def router_key() -> str:
     """The key b200's router wants on /workers: its admin key where it has one, else the clients' key, else none."""
-    text = on_host("b200", "sh", "-c", "cat /etc/sglang-fleet/secrets/router.json 2>/dev/null || true").strip()
+    text = on_host("b200", "sh", "-c", "cat /etc/sglang-router/router.json 2>/dev/null || true").strip()
     keys = json.loads(text) if text else {}
     return str(keys.get("admin_key") or keys.get("api_key") or "")
 
@@ -260,7 +260,7 @@ def load_through_router(
     router: str = "http://127.0.0.1:30100",
     clients: int = 4,
     host: str = "b200",
-    keys_file: str = "/etc/sglang-fleet/secrets/router.json",
+    keys_file: str = "/etc/sglang-router/router.json",
     model: str = "",
 ) -> Iterator[dict[str, Any]]:
     """Bounded load through a host's router (or the fleet gateway, with its keys file; naming `model` where the router
@@ -287,7 +287,7 @@ def load_through_router(
 # reaches it, and its keys file there; inventory/sandbox-span's gateway serves plain http on span0's loopback.
 GATEWAY = "https://127.0.0.1:30200"
 SPAN_GATEWAY = "http://127.0.0.1:30200"
-GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
+GATEWAY_KEYS = "/etc/sglang-router/gateway.json"
 
 
 def registered_workers(host: str = "ct129", url: str = GATEWAY, keys_file: str = GATEWAY_KEYS) -> dict[str, tuple[str, bool]]:

@@ -255,11 +255,12 @@ def sglang_gateway_routes(
 
 
 def sglang_router_process_files(
-    processes: Sequence[Mapping[str, Any]], api_key: str, admin_keys: Mapping[str, str], service: Mapping[str, Any]
+    processes: Sequence[Mapping[str, Any]], api_key: str, admin_keys: Mapping[str, str], account: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     """Each router process's unit (the role's template, rendered with the process as `sglang_router_process`) and keys
     file (the clients' key and the admin key of its kind, `admin_keys`; private: never logged, never in a diff), as
-    sglang_instance_files takes them."""
+    sglang_instance_files takes them. The keys file is root:<the router's group> 0640 (`account`: the router's account):
+    the router's account reads it and can neither replace nor widen it; the servers' account cannot read it."""
     files: list[dict[str, Any]] = []
     for process in processes:
         files.append(
@@ -278,9 +279,9 @@ def sglang_router_process_files(
                 "content": json.dumps({"api_key": api_key, "admin_key": admin_keys.get(process["kind"]) or ""}) + "\n",
                 "private": True,
                 "dest": process["keys_file"],
-                "owner": service["user"],
-                "group": service["group"],
-                "mode": "0600",
+                "owner": "root",
+                "group": account["group"],
+                "mode": "0640",
             }
         )
     return files
@@ -307,21 +308,23 @@ def sglang_router_member_reads(
 
 
 UNIT_DIR = "/etc/systemd/system"
-# The fleet gateway's TLS files on a host, in the secrets folder (root's, 0750, the servers' group).
+# The fleet gateway's TLS files on a host: its certificate and key in the router's folder (root's, 0750, the router's
+# group), the fleet's CA (public) in the helpers' folder (root's, 0755).
 TLS_FILES = {"cert": "gateway-tls.pem", "key": "gateway-tls.key", "ca": "gateway-ca.pem"}
 
 
-def sglang_gateway_tls(host: str, settings: Mapping[str, Any], service: Mapping[str, Any]) -> dict[str, Any]:
+def sglang_gateway_tls(host: str, settings: Mapping[str, Any], account: Mapping[str, Any]) -> dict[str, Any]:
     """The fleet gateway's TLS on `host` (issue 38, finding 8). `settings`: {gateway: whether `host` runs one, cert, key,
-    ca: the control node's PEM files (sglang_gateway_tls_cert, _key, _ca)}. Returns the files to write (`files`, as
-    sglang_instance_files takes them: the gateway's certificate and key, root:<servers' group> 0640, so that its
-    account reads them and cannot replace or widen them, the key private: never logged, never in a diff; the CA, root
-    0644, on every host that sets it, what the fleet's clients there verify a gateway with), the paths of those not
-    written, removed when found (`absent`), the paths on the host (`cert_path` and `key_path` when the gateway serves
-    TLS, `ca_file` when there is a CA; "" otherwise), whether it does (`enabled`), and `problems` (lines naming the
-    host and the variable)."""
-    secrets = str(service["secrets_dir"]).rstrip("/")
-    paths = {name: f"{secrets}/{file}" for name, file in TLS_FILES.items()}
+    ca: the control node's PEM files (sglang_gateway_tls_cert, _key, _ca), ca_dir: the helpers' folder}; `account`:
+    the router's account and folders ({group, config_dir}). Returns the files to write (`files`, as sglang_instance_files takes
+    them: the gateway's certificate and key in the router's folder, root:<router's group> 0640, so that its account
+    reads them and cannot replace or widen them, and the servers' account cannot read them; the key private: never
+    logged, never in a diff; the CA, root 0644 in the helpers' folder, on every host that sets it, what the fleet's
+    clients there verify a gateway with), the paths of those not written, removed when found (`absent`), the paths on
+    the host (`cert_path` and `key_path` when the gateway serves TLS, `ca_file` when there is a CA; "" otherwise),
+    whether it does (`enabled`), and `problems` (lines naming the host and the variable)."""
+    folders = {"cert": account["config_dir"], "key": account["config_dir"], "ca": settings["ca_dir"]}
+    paths = {name: f"{str(folders[name]).rstrip('/')}/{file}" for name, file in TLS_FILES.items()}
     given = {name: str(settings.get(name) or "") for name in TLS_FILES}
     problems = [
         problem_line(host, "gateway", f"sglang_gateway_tls_{name}", value, "not an absolute path of a file on the control node",
@@ -339,8 +342,8 @@ def sglang_gateway_tls(host: str, settings: Mapping[str, Any], service: Mapping[
     files: list[dict[str, Any]] = []
     if enabled:
         files += [
-            {"src": given["cert"], "dest": paths["cert"], "owner": "root", "group": service["group"], "mode": "0640"},
-            {"src": given["key"], "dest": paths["key"], "owner": "root", "group": service["group"], "mode": "0640",
+            {"src": given["cert"], "dest": paths["cert"], "owner": "root", "group": account["group"], "mode": "0640"},
+            {"src": given["key"], "dest": paths["key"], "owner": "root", "group": account["group"], "mode": "0640",
              "private": True},
         ]  # fmt: skip
     if given["ca"]:
@@ -363,23 +366,32 @@ def sglang_router_request(processes: Sequence[Mapping[str, Any]], settings: Mapp
     when the plan has no problem: `write`); the files to remove when found (the keys and workers files of a process not
     wanted, `legacy_files`) and every process's unit file; the units' state; the vocabulary (`vocabulary`) of a router
     in front of several models; each enabled process's workers, asked with its admin key only when nothing has a problem
-    (`ask`); and the settings of the role's decision (module_utils/role_decisions.py: sglang_router). Settings also:
-    role_path, api_key, admin_keys (by kind), service (sglang_service), tls_files (filter sglang_gateway_tls's)."""
+    (`ask`); the router's account and its folders (`account`: {user, group, config_dir, state_dir}, root's, 0750, the
+    router's group) where a process is enabled; and the settings of the role's decision (module_utils/role_decisions.py:
+    sglang_router). Settings also: role_path, api_key, admin_keys (by kind), tls_files (filter sglang_gateway_tls's)."""
     enabled = [process for process in processes if process["enabled"]]
     unwanted = [process for process in processes if not process["enabled"]]
     files = [*(settings["launcher_files"] if enabled else [])]
-    files += sglang_router_process_files(enabled, settings["api_key"], settings["admin_keys"], settings["service"])
+    account = settings["account"]
+    files += sglang_router_process_files(enabled, settings["api_key"], settings["admin_keys"], account)
     files += settings.get("tls_files") or []  # the gateway's certificate and key, the fleet's CA (sglang_gateway_tls)
     vocabulary = settings["vocabulary"]
     legacy_files = list(settings["legacy_files"])
     removable = [process["keys_file"] for process in unwanted] + [process["workers_file"] for process in unwanted] + legacy_files
+    folders = [
+        {"path": account[folder], "state": "directory", "owner": "root", "group": account["group"], "mode": "0750"}
+        for folder in ("config_dir", "state_dir")
+    ] if enabled else []
     read = {
         "globs": [*removable, *(f"{UNIT_DIR}/{process['unit']}" for process in processes)],
         "units": [process["unit"] for process in processes],
-        "paths": [
+        "accounts": [
+            {"name": account["user"], "group": account["group"], "home": account["state_dir"], "shell": "/usr/sbin/nologin"}
+        ] if enabled else [],
+        "paths": folders + ([
             {"path": vocabulary["dest"], "state": "file", "sha256": vocabulary["sha256"], "owner": "root", "group": "root",
              "mode": "0644"}
-        ] if any(process["by_model"] for process in enabled) else [],
+        ] if any(process["by_model"] for process in enabled) else []),
     }  # fmt: skip
     return {
         "name": "sglang_router",
@@ -387,7 +399,12 @@ def sglang_router_request(processes: Sequence[Mapping[str, Any]], settings: Mapp
         "files": files if settings["write"] else [],
         "read": read,
         "routers": sglang_router_member_reads(enabled, settings["admin_keys"], settings["api_key"]) if settings["ask"] else [],
-        "decide": {"processes": [dict(process) for process in processes], "legacy_files": legacy_files, "unit_dir": UNIT_DIR},
+        "decide": {
+            "processes": [dict(process) for process in processes],
+            "legacy_files": legacy_files,
+            "unit_dir": UNIT_DIR,
+            "vocabulary": vocabulary["dest"],
+        },
     }
 
 

@@ -198,7 +198,8 @@ def sglang_server(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Dec
 
 def sglang_router(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Decision:
     """The host's sglang-router processes (settings `processes`, each {enabled, unit, url, keys_file, workers_file,
-    displaced, by_model}; `legacy_files`, removed when found; `unit_dir`): files to remove (`found_removable`), units not
+    displaced, by_model}; `legacy_files`, removed when found; `unit_dir`; `vocabulary`, the vocabulary's path): the
+    router's account or folders differing (`account`, a line each), files to remove (`found_removable`), units not
     running or not enabled (`stopped_units`), routers whose workers differ from the planned ones or that the probe could
     not ask (`unreconciled`), routers that take back the workers a new shape stops first (`drained`), unit files of
     processes no longer wanted (`unwanted_units`)."""
@@ -218,20 +219,26 @@ def sglang_router(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Dec
     down += [unit for unit, state in states.items() if state.get("UnitFileState") != "enabled"]
     agreeing = [url for url, differs in (answer.get("routers") or {}).items() if not differs]
     by_model = any(process["by_model"] for process in enabled)
+    vocabulary = str(settings.get("vocabulary") or "")
+    differences = list(read.get("differences") or [])
+    vocabulary_differs = bool(vocabulary) and vocabulary in (read.get("differing_paths") or [])
+    account = [line for line in differences if not (vocabulary and line.startswith(vocabulary + ":"))]
     decision: Decision = {
         "by_model": by_model,
+        "account": account,
         "found_removable": [path for path in removable if path in on_host],
         "stopped_units": [process["unit"] for process in enabled if process["unit"] in down],
         "unreconciled": [process["url"] for process in enabled if process["url"] not in agreeing],
         "drained": [process["url"] for process in enabled if process["displaced"]],
         "unwanted_units": [path for process in unwanted for path in found.get(f"{settings['unit_dir']}/{process['unit']}", [])],
         "files_to_write": list(answer.get("changed_paths") or []),
-        "vocabulary": by_model and bool(read.get("differences")),
+        "vocabulary": by_model and vocabulary_differs,
     }
     decision["changes"] = [
+        *decision["account"],
         *decision["found_removable"],
         *decision["files_to_write"],
-        *(read.get("differences") or [] if by_model else []),
+        *(line for line in differences if line not in account),  # the vocabulary's
         *suffixed(decision["stopped_units"], ": not running or not enabled"),
         *suffixed(decision["unreconciled"], ": workers differ from the planned ones"),
         *suffixed(decision["drained"], ": to register again the workers a new shape stops first"),

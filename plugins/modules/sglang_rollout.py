@@ -899,7 +899,7 @@ def router_for(
         f"the router at {url} refuses the fleet's admin key on /workers (HTTP {refused}); it would keep routing to "
         "workers that restart: check its admin key (sglang_router_admin_key for a host's router, "
         "sglang_gateway_admin_key for a fleet gateway) against the key the running router was started with (the "
-        "admin key in its keys file, <config dir>/secrets/router.json or gateway.json), or restart it (systemctl "
+        "admin key in its keys file, /etc/sglang-router/router.json or gateway.json), or restart it (systemctl "
         "restart sglang-router or sglang-gateway: it reads that file again) and deploy again"
     )
 

@@ -20,7 +20,7 @@ CLIENT = ROOT / "tests/bench/latency_client.py"
 REQUESTS = 200
 TARGETS = {
     "direct (sglang-30000)": ("http://127.0.0.1:30000", ""),
-    "through the router": ("http://127.0.0.1:30100", "/etc/sglang-fleet/secrets/router.json"),
+    "through the router": ("http://127.0.0.1:30100", "/etc/sglang-router/router.json"),
 }
 
 

@@ -26,7 +26,7 @@ ROUTER = "http://127.0.0.1:30100"
 ROLL_TASK = "Roll the changed running instances, verified, rolled back on failure"
 # Over https with the sandbox's test CA (inventory/sandbox-on-network.yml), as ct129 reaches it.
 GATEWAY = "https://127.0.0.1:30200"
-GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
+GATEWAY_KEYS = "/etc/sglang-router/gateway.json"
 
 
 def journal_times(unit: str, grep: str, since: float) -> list[float]:

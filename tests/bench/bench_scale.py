@@ -41,7 +41,7 @@ SIZES = tuple(int(size) for size in os.environ.get("BENCH_SCALE_SIZES", "2 6 12"
 INTERFACES = r"""for d in /sys/class/net/*; do n=${d##*/}; [ "$n" = lo ] && continue; cat $d/statistics/tx_bytes; done"""
 MEMORY = "ps -e -o rss= | awk '{s += $1} END {print s}'"
 GATEWAY = "https://127.0.0.1:30200"  # inventory/scale: TLS with the test CA of scripts/scale-hosts.sh
-GATEWAY_KEYS = "/etc/sglang-fleet/secrets/gateway.json"
+GATEWAY_KEYS = "/etc/sglang-router/gateway.json"
 # The rollout's own tasks (roles/sglang_server/tasks/roll_waves.yml and the waves it includes).
 ROLLOUT_TASKS = ("roll_waves.yml", "roll_wave.yml")
 ROLL_TASK = "Roll this host's instances of the wave, verified, rolled back on failure"

@@ -20,7 +20,7 @@ import urllib.request
 
 ROUTER, SECONDS, CLIENTS = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 # The router's keys (JSON: the clients' key for requests, the admin key for /workers), as its launcher reads them.
-KEYS_FILE = sys.argv[4] if len(sys.argv) > 4 else "/etc/sglang-fleet/secrets/router.json"
+KEYS_FILE = sys.argv[4] if len(sys.argv) > 4 else "/etc/sglang-router/router.json"
 MODEL = sys.argv[5] if len(sys.argv) > 5 else ""
 CA_FILE = sys.argv[6] if len(sys.argv) > 6 else ""
 TLS = ssl.create_default_context(cafile=CA_FILE) if ROUTER.startswith("https:") else None

@@ -42,7 +42,7 @@ FAST_ALERTS = {"sglang_prometheus_scrape_interval": "1s", "sglang_alert_down_for
 STOPPED = ("b200", "sglang-30002")
 # The fleet gateway of inventory/sandbox-on-network.yml is ct129's (fleet.GATEWAY: https, as ct129 reaches it).
 ROUTER = "http://127.0.0.1:30100"
-ROUTER_KEYS = "/etc/sglang-fleet/secrets/router.json"
+ROUTER_KEYS = "/etc/sglang-router/router.json"
 # b200 in two instance groups: five workers of the fleet's (mirror's) model, two of the Qwen3.6-27B stand-in.
 MIRROR_MODEL, OTHER_MODEL = "tiny-qwen3.5", "qwen3.6-27b"
 B200_GROUPS = [
@@ -101,12 +101,14 @@ def keyed(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ke
     assert restored.rc == 0, restored.failure_messages()
     assert http_status("b200", "http://127.0.0.1:30003/v1/models") == 200
     assert on_host(STOPPED[0], "systemctl", "is-active", f"{STOPPED[1]}.service").strip() == "active"
-    assert on_host("b200", "ls", "/etc/sglang-fleet/secrets") == "router.json\n", "only the router's admin key is left"
+    assert on_host("b200", "ls", "/etc/sglang-router") == "router.json\n", "only the router's admin key is left"
+    assert on_host("b200", "ls", "-A", "/etc/sglang-fleet/secrets") == "", "no router file left where the servers read"
     # ct129's gateway is gone with its files: no unit, keys or workers file.
     assert "sglang-gateway" not in on_host("ct129", "ls", "/etc/systemd/system")
-    assert on_host("ct129", "ls", "-A", "/etc/sglang-fleet/secrets") == ""
+    left = "find /etc/sglang-router /etc/sglang-fleet/secrets /var/lib/sglang-router -mindepth 1 2>/dev/null || true"
+    assert on_host("ct129", "sh", "-c", left).strip() == ""
     assert "gateway-workers.json" not in on_host("ct129", "ls", "-A", "/var/lib/sglang")
-    assert json.loads(on_host("b200", "cat", "/etc/sglang-fleet/secrets/router.json"))["api_key"] == ""
+    assert json.loads(on_host("b200", "cat", "/etc/sglang-router/router.json"))["api_key"] == ""
 
 
 def router_status(host: str, path: str, key: str) -> int:
@@ -128,15 +130,15 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(keyed: Keyed
         "stat",
         "--format=%n %a %U",
         "/etc/sglang-fleet/secrets/sglang-30003.yaml",
-        "/etc/sglang-fleet/secrets/router.json",
+        "/etc/sglang-router/router.json",
     )
     assert listing.split("\n")[:2] == [
         "/etc/sglang-fleet/secrets/sglang-30003.yaml 640 root",
-        "/etc/sglang-fleet/secrets/router.json 600 sglang",
+        "/etc/sglang-router/router.json 640 root",
     ]
     assert API_KEY not in on_host("b200", "systemctl", "cat", "sglang-30003.service")
     # The router's keys reach it through its launcher: not in its command line, nor in its environment.
-    admin_key = json.loads(on_host("b200", "cat", "/etc/sglang-fleet/secrets/router.json"))["admin_key"]
+    admin_key = json.loads(on_host("b200", "cat", "/etc/sglang-router/router.json"))["admin_key"]
     assert len(admin_key) == 40 and admin_key != API_KEY
     assert all(admin_key not in json.dumps(event) for event in keyed.deployed.events), "the admin key appears in the output"
     router_pid = on_host("b200", "systemctl", "show", "--property=MainPID", "--value", "sglang-router.service").strip()
@@ -220,13 +222,13 @@ def test_the_gateway_serves_tls_that_only_a_client_with_the_fleets_ca_trusts(key
         "ct129",
         "stat",
         "--format=%n %a %U %G",
-        "/etc/sglang-fleet/secrets/gateway-tls.key",
-        "/etc/sglang-fleet/secrets/gateway-tls.pem",
+        "/etc/sglang-router/gateway-tls.key",
+        "/etc/sglang-router/gateway-tls.pem",
         SANDBOX_CA,
     )
     assert listing.split("\n")[:3] == [
-        "/etc/sglang-fleet/secrets/gateway-tls.key 640 root sglang",
-        "/etc/sglang-fleet/secrets/gateway-tls.pem 640 root sglang",
+        "/etc/sglang-router/gateway-tls.key 640 root sglang-router",
+        "/etc/sglang-router/gateway-tls.pem 640 root sglang-router",
         f"{SANDBOX_CA} 644 root root",
     ]
     assert "PRIVATE KEY" not in json.dumps(keyed.deployed.events), "the gateway's key shows in the deploy's output"

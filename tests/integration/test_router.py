@@ -26,7 +26,7 @@ ROUTER = "http://127.0.0.1:30100"
 
 LIST_WORKERS = """
 import json, sys, urllib.error, urllib.request
-key = json.load(open("/etc/sglang-fleet/secrets/router.json"))["admin_key"] if sys.argv[2] == "admin" else ""
+key = json.load(open("/etc/sglang-router/router.json"))["admin_key"] if sys.argv[2] == "admin" else ""
 request = urllib.request.Request(sys.argv[1] + "/workers", headers={"Authorization": "Bearer " + key} if key else {})
 try:
     print(urllib.request.urlopen(request, timeout=30).read().decode())
@@ -41,8 +41,21 @@ def test_router_serves_and_lists_every_worker_to_its_admin_key_only(sandbox: Run
     assert sorted(worker["url"] for worker in workers["workers"]) == [f"http://127.0.0.1:{30000 + i}" for i in range(7)]
     # Without a key (any local account, by default) the worker registry is closed.
     assert json.loads(on_host("b200", "python3", "-c", LIST_WORKERS, ROUTER, "none")) == {"status": 401}
-    keys = on_host("b200", "stat", "--format=%a %U", "/etc/sglang-fleet/secrets/router.json").strip()
-    assert keys == "600 sglang"
+    # Root's, read by the router's own account only: the servers' account (a worker taken over) cannot read it.
+    keys = on_host("b200", "stat", "--format=%a %U %G", "/etc/sglang-router/router.json").strip()
+    assert keys == "640 root sglang-router"
+    unit = on_host("b200", "systemctl", "show", "--property=User,Group", "sglang-router.service").split()
+    assert sorted(unit) == ["Group=sglang-router", "User=sglang-router"]
+    as_servers = "cat /etc/sglang-router/router.json >/dev/null 2>&1 && echo read || echo refused"
+    refused = on_host("b200", "runuser", "-u", "sglang", "--", "sh", "-c", as_servers).strip()
+    assert refused == "refused"
+    # Its folders are root's, and a host an earlier release deployed (the router as the servers' account, its files
+    # in their secrets folder and home) keeps none of those files.
+    folders = on_host("b200", "stat", "--format=%n %a %U %G", "/etc/sglang-router", "/var/lib/sglang-router").splitlines()
+    assert folders == ["/etc/sglang-router 750 root sglang-router", "/var/lib/sglang-router 750 root sglang-router"]
+    assert "router-workers.json" in on_host("b200", "ls", "-A", "/var/lib/sglang-router")
+    assert "router.json" not in on_host("b200", "ls", "-A", "/etc/sglang-fleet/secrets")
+    assert "router-workers.json" not in on_host("b200", "ls", "-A", "/var/lib/sglang")
 
 
 def test_an_unreachable_host_mid_rollout_leaves_the_others_to_finish(sandbox: Run, tmp_path: Path) -> None:

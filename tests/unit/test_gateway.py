@@ -197,37 +197,44 @@ def test_a_gateway_other_hosts_reach_over_plain_http_is_refused(hostvars: dict[s
     assert problems(hostvars, "ct129", listen_host="127.0.0.1", instances=[instance(30000)]) == [], "on loopback: plain"
 
 
-SERVICE = {"secrets_dir": "/etc/sglang-fleet/secrets", "group": "sglang"}
+ACCOUNT = {"user": "sglang-router", "group": "sglang-router", "config_dir": "/etc/sglang-router",
+           "state_dir": "/var/lib/sglang-router"}  # fmt: skip
+CA_DIR = "/usr/local/lib/sglang-fleet"
 
 
-def test_the_gateways_certificate_and_key_are_its_accounts_to_read_and_the_ca_every_hosts() -> None:
-    tls = sglang_gateway_tls("ct129", {"gateway": True, "cert": "/c/gw.pem", "key": "/c/gw.key", "ca": "/c/ca.pem"}, SERVICE)
+def tls_settings(gateway: bool, cert: str, key: str, ca: str) -> dict[str, object]:
+    return {"gateway": gateway, "cert": cert, "key": key, "ca": ca, "ca_dir": CA_DIR}
+
+
+def test_the_gateways_certificate_and_key_are_the_routers_account_to_read_and_the_ca_every_hosts() -> None:
+    tls = sglang_gateway_tls("ct129", tls_settings(True, "/c/gw.pem", "/c/gw.key", "/c/ca.pem"), ACCOUNT)
     assert tls["enabled"] and tls["problems"] == [] and tls["absent"] == []
-    secrets = "/etc/sglang-fleet/secrets"
+    # In the router's folder, root:<router's group> 0640: its account reads them, the servers' account does not.
+    folder = "/etc/sglang-router"
     assert tls["files"] == [
-        {"src": "/c/gw.pem", "dest": f"{secrets}/gateway-tls.pem", "owner": "root", "group": "sglang", "mode": "0640"},
-        {"src": "/c/gw.key", "dest": f"{secrets}/gateway-tls.key", "owner": "root", "group": "sglang", "mode": "0640",
+        {"src": "/c/gw.pem", "dest": f"{folder}/gateway-tls.pem", "owner": "root", "group": "sglang-router", "mode": "0640"},
+        {"src": "/c/gw.key", "dest": f"{folder}/gateway-tls.key", "owner": "root", "group": "sglang-router", "mode": "0640",
          "private": True},
-        {"src": "/c/ca.pem", "dest": f"{secrets}/gateway-ca.pem", "owner": "root", "group": "root", "mode": "0644"},
+        {"src": "/c/ca.pem", "dest": f"{CA_DIR}/gateway-ca.pem", "owner": "root", "group": "root", "mode": "0644"},
     ]  # fmt: skip
     assert (tls["cert_path"], tls["key_path"], tls["ca_file"]) == (
-        "/etc/sglang-fleet/secrets/gateway-tls.pem",
-        "/etc/sglang-fleet/secrets/gateway-tls.key",
-        "/etc/sglang-fleet/secrets/gateway-ca.pem",
+        "/etc/sglang-router/gateway-tls.pem",
+        "/etc/sglang-router/gateway-tls.key",
+        f"{CA_DIR}/gateway-ca.pem",
     )
     # Another host: the CA only; the gateway's files are removed where an earlier deploy left them.
-    other = sglang_gateway_tls("b200", {"gateway": False, "cert": "/c/gw.pem", "key": "/c/gw.key", "ca": "/c/ca.pem"}, SERVICE)
-    assert [file["dest"] for file in other["files"]] == ["/etc/sglang-fleet/secrets/gateway-ca.pem"]
-    assert other["absent"] == ["/etc/sglang-fleet/secrets/gateway-tls.pem", "/etc/sglang-fleet/secrets/gateway-tls.key"]
-    assert (other["enabled"], other["cert_path"], other["ca_file"]) == (False, "", "/etc/sglang-fleet/secrets/gateway-ca.pem")
-    plain = sglang_gateway_tls("ct129", {"gateway": True, "cert": "", "key": "", "ca": ""}, SERVICE)
+    other = sglang_gateway_tls("b200", tls_settings(False, "/c/gw.pem", "/c/gw.key", "/c/ca.pem"), ACCOUNT)
+    assert [file["dest"] for file in other["files"]] == [f"{CA_DIR}/gateway-ca.pem"]
+    assert other["absent"] == ["/etc/sglang-router/gateway-tls.pem", "/etc/sglang-router/gateway-tls.key"]
+    assert (other["enabled"], other["cert_path"], other["ca_file"]) == (False, "", f"{CA_DIR}/gateway-ca.pem")
+    plain = sglang_gateway_tls("ct129", tls_settings(True, "", "", ""), ACCOUNT)
     assert (plain["enabled"], plain["files"], plain["ca_file"], len(plain["absent"])) == (False, [], "", 3)
 
 
 def test_the_tls_variables_problems_name_host_and_variable() -> None:
-    [half] = sglang_gateway_tls("ct129", {"gateway": True, "cert": "/c/gw.pem", "key": "", "ca": ""}, SERVICE)["problems"]
+    [half] = sglang_gateway_tls("ct129", tls_settings(True, "/c/gw.pem", "", ""), ACCOUNT)["problems"]
     assert half.startswith('ct129 gateway: sglang_gateway_tls_key="": the gateway\'s certificate and key go together')
-    bad = sglang_gateway_tls("ct129", {"gateway": True, "cert": "gw.pem", "key": "/c/gw\n.key", "ca": ""}, SERVICE)
+    bad = sglang_gateway_tls("ct129", tls_settings(True, "gw.pem", "/c/gw\n.key", ""), ACCOUNT)
     assert [line.split(":")[1].split("=")[0].strip() for line in bad["problems"]] == [
         "sglang_gateway_tls_cert",
         "sglang_gateway_tls_key",

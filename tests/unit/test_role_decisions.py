@@ -166,6 +166,23 @@ def test_the_router_decision() -> None:
     ]
 
 
+def test_the_router_decision_creates_its_account_and_folders_apart_from_the_vocabulary() -> None:
+    router = {"enabled": True, "unit": "sglang-router.service", "url": "http://127.0.0.1:8000", "keys_file": "/r/router.json",
+              "workers_file": "/w/router-workers.json", "displaced": [], "by_model": True}  # fmt: skip
+    settings = {"processes": [router], "legacy_files": [], "unit_dir": "/etc/systemd/system", "vocabulary": "/v"}
+    units = {"sglang-router.service": {"ActiveState": "active", "UnitFileState": "enabled"}}
+    # A host deployed before the router had its own account: neither the account nor its folders exist.
+    missing = ["user sglang-router: missing", "/r: missing", "/w: missing"]
+    read = {"found": {}, "units": units, "differences": missing, "differing_paths": ["/r", "/w"]}
+    decision = role_decisions.sglang_router(settings, {"read": read, "routers": {router["url"]: []}})
+    assert decision["account"] == missing and not decision["vocabulary"]
+    assert decision["changes"] == missing
+    # The vocabulary alone differs: it is sent, the account is left as it is.
+    read = {"found": {}, "units": units, "differences": ["/v: missing"], "differing_paths": ["/v"]}
+    decision = role_decisions.sglang_router(settings, {"read": read, "routers": {router["url"]: []}})
+    assert decision["account"] == [] and decision["vocabulary"] and decision["changes"] == ["/v: missing"]
+
+
 def test_cuda_and_the_plan() -> None:
     answer = {"changed_paths": ["/etc/apt/preferences.d/nvidia-cuda"], "read": {"differences": ["package cuda is not installed"]}}
     assert role_decisions.cuda({}, answer)["changes"] == ["package cuda is not installed", "/etc/apt/preferences.d/nvidia-cuda"]
@@ -199,7 +216,8 @@ def test_the_router_request_is_built_from_the_processes_once() -> None:
                "workers_file": "/h/gateway-workers.json", "by_model": False}  # fmt: skip
     settings = {
         "role_path": "/roles/sglang_router", "api_key": "sk-client", "admin_keys": {"router": "sk-admin"},
-        "service": {"user": "sglang", "group": "sglang"}, "launcher_files": [{"src": "sglang_router_launcher.py", "dest": "/l"}],
+        "account": {"user": "sglang-router", "group": "sglang-router", "config_dir": "/r", "state_dir": "/w"},
+        "launcher_files": [{"src": "sglang_router_launcher.py", "dest": "/l"}],
         "vocabulary": {"dest": "/v", "sha256": "abc"}, "legacy_files": ["/s/router.env"], "write": True, "ask": True,
     }  # fmt: skip
     request = sglang_router_request([router, gateway], settings)
@@ -207,8 +225,19 @@ def test_the_router_request_is_built_from_the_processes_once() -> None:
     units = ["/etc/systemd/system/sglang-router.service", "/etc/systemd/system/sglang-gateway.service"]
     assert request["read"]["globs"] == ["/s/gateway.json", "/h/gateway-workers.json", "/s/router.env", *units]
     assert request["read"]["units"] == ["sglang-router.service", "sglang-gateway.service"]
-    assert [path["path"] for path in request["read"]["paths"]] == ["/v"], "a router in front of several models"
+    assert [path["path"] for path in request["read"]["paths"]] == ["/r", "/w", "/v"], "a router in front of several models"
+    # The router's own account and its folders, root's: the account reads its files and can replace none of them.
+    assert request["read"]["accounts"] == [
+        {"name": "sglang-router", "group": "sglang-router", "home": "/w", "shell": "/usr/sbin/nologin"}
+    ]
+    folders = request["read"]["paths"][:2]
+    assert {(path["owner"], path["group"], path["mode"]) for path in folders} == {("root", "sglang-router", "0750")}
+    [keys] = [file for file in request["files"] if file["dest"] == "/s/router.json"]
+    assert (keys["owner"], keys["group"], keys["mode"], keys["private"]) == ("root", "sglang-router", "0640", True)
+    assert request["decide"]["vocabulary"] == "/v"
     assert [(r["url"], r["api_key"]) for r in request["routers"]] == [("http://127.0.0.1:8000", "sk-admin")]
     assert request["decide"]["legacy_files"] == ["/s/router.env"] and len(request["decide"]["processes"]) == 2
     quiet = sglang_router_request([router, gateway], {**settings, "write": False, "ask": False})
     assert quiet["files"] == [] and quiet["routers"] == [], "a host with a problem: nothing rendered, no router asked"
+    none = sglang_router_request([{**router, "enabled": False}, gateway], settings)
+    assert none["read"]["accounts"] == [] and none["read"]["paths"] == [], "no router: no account made for it"

@@ -319,9 +319,12 @@ def render_router(process: dict[str, Any] | None = None, **variables: Any) -> st
         # What vars/main.yml derives from the router's settings (the policy and log level flags).
         "_sglang_router_common_args": ["--policy", "cache_aware", "--log-level", "warn"],
         "sglang_router_policy": "cache_aware",
+        "sglang_router_user": "sglang-router",
         **variables,
     }
     for name, value in yaml.safe_load((ROUTER / "vars/main.yml").read_text()).items():
+        if name == "_sglang_router_account":
+            context[name] = {key: environment.from_string(text).render(**context) for key, text in value.items()}
         if name in ("_sglang_router_keys_file", "_sglang_router_launcher"):
             context[name] = environment.from_string(value).render(**context)
     # The host's router as vars/main.yml's _sglang_router_processes describes it (sglang_router_process_files hands
@@ -335,7 +338,7 @@ def render_router(process: dict[str, Any] | None = None, **variables: Any) -> st
         "keys_file": context["_sglang_router_keys_file"],
         "url": "http://127.0.0.1:30100",
         "argv": ["--host", "127.0.0.1", "--port", "30100"],
-        "workers_file": "/var/lib/sglang/router-workers.json",
+        "workers_file": "/var/lib/sglang-router/router-workers.json",
         "by_model": False,
         "tls_files": [],
         "ca_file": "",
@@ -356,7 +359,7 @@ def test_the_router_takes_its_keys_from_its_launcher_never_from_its_command_line
         "/opt/sglang/sglang-0.5.23/bin/python",
         "-I",
         "/usr/local/lib/sglang-fleet/sglang_router_launcher.py",
-        "/etc/sglang-fleet/secrets/router.json",
+        "/etc/sglang-router/router.json",
         "--host",
         "127.0.0.1",
         "--port",
@@ -366,9 +369,24 @@ def test_the_router_takes_its_keys_from_its_launcher_never_from_its_command_line
         "--log-level",
         "warn",
     ]
-    assert unit["Environment"] == "SGLANG_FLEET_WORKERS_FILE=/var/lib/sglang/router-workers.json"
+    assert unit["Environment"] == "SGLANG_FLEET_WORKERS_FILE=/var/lib/sglang-router/router-workers.json"
     assert "Environment=SGLANG_FLEET_ROUTER_URL=http://127.0.0.1:30100" in text.splitlines()
     assert "TIKTOKEN_ENCODINGS_BASE" not in text and "--enable-igw" not in text, "one model: sglang-router's regular mode"
+
+
+def test_the_router_runs_as_its_own_account_that_can_write_nothing() -> None:
+    """Issue 38, finding 8: not root, not the servers' account (a compromised worker reads none of its keys)."""
+    unit = unit_lines(render_router())
+    assert (unit["User"], unit["Group"]) == ("sglang-router", "sglang-router")
+    assert unit["WorkingDirectory"] == "/var/lib/sglang-router"
+    assert unit["ReadWritePaths"] == "" and unit["ProtectSystem"] == "strict", "its files are root's: it only reads them"
+    account = yaml.safe_load((ROUTER / "vars/main.yml").read_text())["_sglang_router_account"]
+    assert account["user"] == account["group"] == "{{ sglang_router_user }}"
+    defaults = yaml.safe_load((ROUTER / "defaults/main.yml").read_text())
+    assert defaults["sglang_router_user"] not in ("root", "sglang")
+    # It reaches the unit's User= line: preflight refuses a control character in it (a newline would add unit lines).
+    preflight = (ROUTER / "tasks/preflight.yml").read_text()
+    assert "systemd_text_problems({'sglang_router_user': sglang_router_user," in preflight
 
 
 def test_a_gateway_over_tls_names_its_ca_to_its_launcher_and_its_certificate_to_smg() -> None:
@@ -442,7 +460,7 @@ def test_instances_and_router_run_in_the_same_sandbox_and_the_router_sees_no_dev
         assert keys == shared, "every hardening line, once, in the shared order"
     assert "PrivateDevices=yes" in router and "PrivateDevices=yes" not in server
     assert any(line.startswith("DeviceAllow=/dev/nvidia") for line in server)
-    assert "ReadWritePaths=/var/lib/sglang" in router
+    assert "ReadWritePaths=" in router, "the router writes nothing: its files are root's, which it only reads"
 
 
 def test_every_server_text_variable_a_template_renders_is_checked_for_control_characters() -> None:
@@ -615,3 +633,30 @@ def test_preflight_checks_cuda_only_where_the_run_s_tags_restart_instances(
     assert rendered is selected
     checks = (SERVER / "tasks/checks.yml").read_text()
     assert "_sglang_server_checks_cuda and _sglang_server_run_selected and" in checks
+
+
+def test_a_host_whose_routers_ran_as_the_servers_account_loses_their_old_files() -> None:
+    """Issue 38, finding 8's migration: every file an earlier release kept for the routers where the servers' account
+    reads or writes (its secrets folder, its home) is removed when found; the new ones are root's, in the routers'
+    folders, which the servers' account cannot enter."""
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    role_vars = yaml.safe_load((ROUTER / "vars/main.yml").read_text())
+    service = {"secrets_dir": "/etc/sglang-fleet/secrets", "home": "/var/lib/sglang"}
+    context: dict[str, Any] = {"sglang_service": service}
+    secret_file = role_vars["_sglang_router_legacy_secret_file"]
+    context["_sglang_router_legacy_secret_file"] = environment.from_string(secret_file).render(**context)
+    legacy = [environment.from_string(path).render(**context) for path in role_vars["_sglang_router_legacy_files"]]
+    # What the release before this one wrote for the routers (its vars/main.yml and filter sglang_gateway_tls).
+    assert set(legacy) >= {
+        "/etc/sglang-fleet/secrets/router.json",
+        "/etc/sglang-fleet/secrets/gateway.json",
+        "/etc/sglang-fleet/secrets/gateway-tls.pem",
+        "/etc/sglang-fleet/secrets/gateway-tls.key",
+        "/etc/sglang-fleet/secrets/gateway-ca.pem",
+        "/var/lib/sglang/router-workers.json",
+        "/var/lib/sglang/gateway-workers.json",
+    }
+    account = role_vars["_sglang_router_account"]
+    assert not any(path.startswith((account["config_dir"], account["state_dir"])) for path in legacy)
+    preflight = (ROUTER / "tasks/preflight.yml").read_text()
+    assert "'legacy_files': _sglang_router_legacy_files + _sglang_router_tls.absent" in preflight

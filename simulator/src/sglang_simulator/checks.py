@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -231,9 +232,39 @@ def mamba_cache_error(cap: RequestCap | None) -> StartupError | None:
     )
 
 
+_NOT_ALONE = "requires --ssl-{0} to be specified as well."
+_NO_EFFECT = "has no effect without --ssl-certfile and --ssl-keyfile."
+
+
+def check_ssl(settings: Mapping[str, Any]) -> None:
+    """ServerArgs' SSL validation, early in __post_init__, before the model's config is read (0.5.17
+    server_args.py ``_handle_ssl_validation``; 0.5.23 arg_groups/serving_hook.py ``handle_ssl_validation``,
+    recorded in tests/recordings/smg-1.13.0-tls/): key and certificate go together; each file exists."""
+    keyfile, certfile = settings.get("ssl_keyfile"), settings.get("ssl_certfile")
+    ca_certs = settings.get("ssl_ca_certs")
+    if keyfile and not certfile:
+        raise StartupError("ValueError: --ssl-keyfile " + _NOT_ALONE.format("certfile"))
+    if certfile and not keyfile:
+        raise StartupError("ValueError: --ssl-certfile " + _NOT_ALONE.format("keyfile"))
+    if not certfile and not keyfile:
+        if ca_certs:
+            raise StartupError("ValueError: --ssl-ca-certs " + _NO_EFFECT)
+        if settings.get("ssl_keyfile_password"):
+            raise StartupError("ValueError: --ssl-keyfile-password " + _NO_EFFECT)
+    files = (
+        (keyfile, "--ssl-keyfile", "SSL key file"),
+        (certfile, "--ssl-certfile", "SSL certificate file"),
+        (ca_certs, "--ssl-ca-certs", "SSL CA certificates file"),
+    )
+    for value, flag, what in files:
+        if value and not os.path.isfile(str(value)):
+            raise StartupError(f"ValueError: {what} not found: '{value}'. Please check the {flag} path.")
+
+
 def resolve_launch(parsed: Mapping[str, Any], knobs: Knobs, facts: Facts, log: LogAdapter) -> Resolved:
     """Read the model config and resolve the arguments, or fail like SGLang."""
     settings = base_settings(parsed, facts)
+    check_ssl(settings)
     model = load_model(str(settings["model_path"]))
     resolve_serving(settings, model.architecture)
     mamba = resolve_mamba_radix_cache(settings, model.architecture, gdn_shape(settings, model) is not None)

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -44,7 +45,7 @@ from .facts import Facts, load_facts
 from .knobs import KnobError, Knobs
 from .model import image_processor_error, tokenizer_files
 from .rendezvous import RendezvousError
-from .server import App, SimHTTPServer, Status, make_server
+from .server import App, SimHTTPServer, Status, make_server, uvicorn_tls
 
 LogAdapter = logging.LoggerAdapter[logging.Logger]
 _WARMUP_PROMPT = "The capital city of France is"
@@ -94,8 +95,10 @@ def _warmup_chat(host: str, port: int, settings: Mapping[str, Any]) -> tuple[int
         "temperature": 0.0,
         "messages": [{"role": "user", "content": "Describe the image."}],
     }
+    # server_args.url(): https with a certificate; verified with --ssl-ca-certs, else not at all (ssl_verify).
+    scheme = "https" if settings.get("ssl_certfile") else "http"
     request = urllib.request.Request(
-        f"http://{address}:{port}/v1/chat/completions",
+        f"{scheme}://{address}:{port}/v1/chat/completions",
         data=json.dumps(body).encode(),
         method="POST",
         headers={
@@ -103,8 +106,14 @@ def _warmup_chat(host: str, port: int, settings: Mapping[str, Any]) -> tuple[int
             **({"Authorization": f"Bearer {settings['api_key']}"} if settings.get("api_key") else {}),
         },
     )
+    context = None
+    if scheme == "https":
+        context = ssl.create_default_context(cafile=settings.get("ssl_ca_certs") or None)
+        if not settings.get("ssl_ca_certs"):
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
+        with urllib.request.urlopen(request, timeout=60, context=context) as response:
             return int(response.status), response.read().decode(errors="replace")
     except urllib.error.HTTPError as error:
         return int(error.code), error.read().decode(errors="replace")
@@ -428,8 +437,18 @@ class Launch:
             timings["scheduler_e2e"],
         )
         host, port = str(settings["host"]), int(settings["port"])
+        if settings.get("ssl_certfile"):
+            self.log.info(
+                "SSL enabled: certfile=%s, keyfile=%s", settings["ssl_certfile"], settings.get("ssl_keyfile")
+            )
         try:
-            self.server = make_server(app, host, port)
+            tls = uvicorn_tls(settings)
+        except OSError as exc:  # ssl.SSLError too: a key that is not the certificate's, a wrong password
+            self.log.error("%s: %s", type(exc).__name__, exc)
+            self._cleanup()
+            return 1
+        try:
+            self.server = make_server(app, host, port, tls)
         except OSError as exc:
             self.log.error(
                 "[Errno %s] error while attempting to bind on address (%r, %d): %s",
@@ -444,7 +463,8 @@ class Launch:
         self.log.info("INFO:     Waiting for application startup.")
         self.log.info("INFO:     Application startup complete.")
         threading.Thread(target=self.server.serve_forever, name="http", daemon=True).start()
-        self.log.info("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)", host, port)
+        scheme = "https" if settings.get("ssl_certfile") else "http"
+        self.log.info("INFO:     Uvicorn running on %s://%s:%d (Press CTRL+C to quit)", scheme, host, port)
         if not settings.get("skip_server_warmup"):
             if self._wait(self.knobs.warmup_seconds):
                 return self._shutdown(app)

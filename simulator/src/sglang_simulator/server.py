@@ -15,6 +15,7 @@ import hmac
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -761,14 +762,51 @@ class SimHTTPServer(ThreadingHTTPServer):
     request_queue_size = 1024  # load tests open many connections at once
 
 
-def make_server(app: App, host: str, port: int) -> SimHTTPServer:
+class SimHTTPSServer(SimHTTPServer):
+    """The server over TLS (SGLang's --ssl-certfile/--ssl-keyfile, which it hands to uvicorn): each
+    connection's handshake is made in its own thread; a client that speaks no TLS (plain http) gets no HTTP
+    answer, only the connection closed, as uvicorn's TLS transport does."""
+
+    tls: ssl.SSLContext  # set by make_server
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
+
+
+def uvicorn_tls(settings: Mapping[str, Any]) -> ssl.SSLContext | None:
+    """The TLS context uvicorn 0.54.0 builds from the flags SGLang 0.5.17 and 0.5.23 pass it
+    (uvicorn.run(..., ssl_keyfile, ssl_certfile, ssl_ca_certs, ssl_keyfile_password); uvicorn/config.py
+    create_ssl_context with its defaults: PROTOCOL_TLS_SERVER, CERT_NONE - no client certificate asked, "No
+    MTLS supported for now" - and no cipher list); None without a certificate (plain http)."""
+    if not settings.get("ssl_certfile"):
+        return None
+    password = settings.get("ssl_keyfile_password")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    get_password = (lambda: password) if password else None
+    context.load_cert_chain(settings["ssl_certfile"], settings.get("ssl_keyfile"), get_password)
+    context.verify_mode = ssl.CERT_NONE
+    if settings.get("ssl_ca_certs"):
+        context.load_verify_locations(settings["ssl_ca_certs"])
+    return context
+
+
+def make_server(app: App, host: str, port: int, tls: ssl.SSLContext | None = None) -> SimHTTPServer:
     handler = type("BoundHandler", (Handler,), {"app": app})
-    server_class: type[SimHTTPServer] = SimHTTPServer
+    server_class: type[SimHTTPServer] = SimHTTPSServer if tls else SimHTTPServer
     if ":" in host:
-        server_class = type("SimHTTPServer6", (SimHTTPServer,), {"address_family": socket.AF_INET6})
+        server_class = type("SimHTTPServer6", (server_class,), {"address_family": socket.AF_INET6})
     server = server_class((host, port), handler)
     server.app = app
+    if tls and isinstance(server, SimHTTPSServer):
+        server.tls = tls
     return server
 
 
-__all__ = ["App", "SimHTTPServer", "Status", "make_server", "route_table"]
+__all__ = ["App", "SimHTTPSServer", "SimHTTPServer", "Status", "make_server", "route_table", "uvicorn_tls"]
