@@ -17,6 +17,13 @@ records whether each router (``NAME=PYTHON``: the Python of a venv holding it, i
 fleet's launcher runs it) starts with ``--policy power_of_two`` as the fleet starts it - no workers on its
 command line, registered through ``POST /workers`` once it answers - in its single-pool mode and in its
 multi-model mode (``--enable-igw``), and how it then spreads 20 requests over the two workers.
+
+    python simulator/tools/record_smg.py mesh SMG_EXECUTABLE OUT_DIR
+
+records two gateways in a mesh (``--enable-mesh``) on loopback: whether workers registered on one appear
+on the other, what each answers as one stops and starts again (``OUT_DIR/mesh-answers.json``, and each
+one's mesh log lines, ``mesh-log-a.txt`` / ``mesh-log-b.txt``); tests/recordings/smg-1.13.0-mesh/README.md
+says what it showed.
 """
 
 from __future__ import annotations
@@ -343,8 +350,149 @@ def record_policy(out: Path, routers: dict[str, str]) -> None:
                 process.wait()
 
 
+MESH = {"a": ("31100", "31190", "31527"), "b": ("31101", "31191", "31528")}
+
+
+def mesh_argv(smg: str, name: str, peers: list[str]) -> list[str]:
+    """smg gateway `name` of MESH on loopback, in a mesh (--enable-mesh) that joins `peers` (host:port)."""
+    port, metrics, mesh = MESH[name]
+    return [smg, "launch", "--host", "127.0.0.1", "--port", port, "--prometheus-host", "127.0.0.1",
+            "--prometheus-port", metrics, "--health-check-interval-secs", "2", "--log-level", "info",
+            "--api-key", CLIENT_KEY, "--control-plane-api-keys", "fleet:sglang-fleet:admin:" + ADMIN_KEY,
+            "--enable-mesh", "--mesh-server-name", "gw-" + name, "--mesh-host", "127.0.0.1",
+            "--mesh-port", mesh] + (["--mesh-peer-urls", *peers] if peers else [])  # fmt: skip
+
+
+def start_mesh_gateway(smg: str, name: str, peers: list[str], work: Path) -> subprocess.Popen[Any]:
+    """mesh_argv's gateway, its log in `work`."""
+    log = (work / f"smg-{name}.log").open("a")
+    return subprocess.Popen(mesh_argv(smg, name, peers), stdout=log, stderr=log)
+
+
+def add_url(gateway: str, url: str) -> dict[str, Any]:
+    """POST /workers of the worker at `url` on `gateway`."""
+    body = {"url": url, "model_id": MODEL, "api_key": CLIENT_KEY}
+    return decoded(call(gateway + "/workers", "POST", body, ADMIN_KEY))
+
+
+def delete_url(gateway: str, url: str) -> dict[str, Any]:
+    """DELETE /workers/{id} of the worker at `url` on `gateway`."""
+    listed = json.loads(call(gateway + "/workers", key=ADMIN_KEY)[1])["workers"]
+    worker = next(w for w in listed if w["url"] == url)
+    return decoded(call(f"{gateway}/workers/{worker['id']}", "DELETE", key=ADMIN_KEY))
+
+
+def mesh_status(url: str) -> dict[str, Any]:
+    """What one gateway answers: /liveness, /readiness, its registry and a chat completion."""
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    return {
+        "GET /liveness": decoded(call(url + "/liveness")),
+        "GET /readiness": decoded(call(url + "/readiness")),
+        "workers": states(url),
+        "POST /v1/chat/completions": call(url + "/v1/chat/completions", "POST", chat, CLIENT_KEY)[0],
+    }
+
+
+def record_mesh(smg: str, out: Path) -> None:
+    """Two smg gateways in a mesh on loopback (see README): what each lists and answers as workers are added
+    to one, removed from it, and as one stops and starts again."""
+    started: list[subprocess.Popen[Any]] = []
+    try:
+        work, urls, _ = start_workers(started)
+        url = {name: "http://127.0.0.1:" + MESH[name][0] for name in MESH}
+        answers: dict[str, Any] = {}
+        gateways = {"a": start_mesh_gateway(smg, "a", [], work)}
+        gateways["b"] = start_mesh_gateway(smg, "b", ["127.0.0.1:" + MESH["a"][2]], work)
+        started.extend(gateways.values())
+        for name in MESH:
+            while call(url[name] + "/liveness")[0] != 200:
+                time.sleep(0.1)
+        answers["argv b"] = mesh_argv(smg, "b", ["127.0.0.1:" + MESH["a"][2]])[1:]
+        answers["started"] = {name: mesh_status(url[name]) for name in MESH}
+        answers["POST /workers on a"] = [add_url(url["a"], worker) for worker in urls]
+        answers["b after POST on a"] = timeline(
+            url["b"], 20, lambda now: len(now) == 2 and all(s[2] for s in now)
+        )
+        answers["a after POST on a"] = states(url["a"])
+        answers["both workers on a"] = {name: mesh_status(url[name]) for name in MESH}
+        # A worker removed from a: removed from b?
+        answers["DELETE /workers/{id} on a"] = delete_url(url["a"], urls[1])
+        answers["b after DELETE on a"] = timeline(url["b"], 20, lambda now: len(now) == 1)
+        answers["a after DELETE on a"] = states(url["a"])
+        # A worker added on b: on a?
+        answers["POST /workers on b"] = add_url(url["b"], urls[1])
+        answers["a after POST on b"] = timeline(
+            url["a"], 20, lambda now: len(now) == 2 and all(s[2] for s in now)
+        )
+        # A worker a never had, added on b: on a?
+        start_worker(work, 31002, 2, started)
+        while call("http://127.0.0.1:31002/health")[0] != 200:
+            time.sleep(0.1)
+        answers["POST /workers on b (new url)"] = add_url(url["b"], "http://127.0.0.1:31002")
+        answers["a after POST on b (new url)"] = timeline(url["a"], 20, lambda now: len(now) == 2)
+        delete_url(url["b"], "http://127.0.0.1:31002")
+        answers["a after DELETE on b (new url)"] = timeline(url["a"], 20, lambda now: len(now) == 1)
+        # a stops: what b answers.
+        gateways["a"].send_signal(signal.SIGTERM)
+        stop = time.monotonic()
+        answers["a stop_returncode"] = gateways["a"].wait(60)
+        answers["a stop_seconds"] = round(time.monotonic() - stop, 2)
+        answers["b while a is stopped"] = mesh_status(url["b"])
+        time.sleep(10)
+        answers["b 10 s after a stopped"] = mesh_status(url["b"])
+        # A worker removed on b while a is down; a starts again with b as its peer: what it lists.
+        answers["DELETE /workers/{id} on b while a is stopped"] = delete_url(url["b"], urls[1])
+        timeline(url["b"], 20, lambda now: len(now) == 1)
+        gateways["a"] = start_mesh_gateway(smg, "a", ["127.0.0.1:" + MESH["b"][2]], work)
+        started.append(gateways["a"])
+        start = time.monotonic()
+        while call(url["a"] + "/liveness")[0] != 200:
+            time.sleep(0.1)
+        answers["a live again after_s"] = round(time.monotonic() - start, 2)
+        answers["a after restart (peer b)"] = timeline(url["a"], 20, lambda now: len(now) == 1 and now[0][2])
+        answers["a 20 s after restart"] = mesh_status(url["a"])
+        for name in MESH:
+            gateways[name].send_signal(signal.SIGTERM)
+            gateways[name].wait(60)
+        # --mesh-host 0.0.0.0 without --mesh-advertise-host.
+        log = work / "smg-wildcard.log"
+        argv = [smg, "launch", "--host", "127.0.0.1", "--port", MESH["a"][0], "--enable-mesh",
+                "--mesh-host", "0.0.0.0", "--mesh-port", MESH["a"][2]]  # fmt: skip
+        wildcard = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        started.append(wildcard)
+        try:
+            returncode: int | str = wildcard.wait(15)
+        except subprocess.TimeoutExpired:
+            returncode = "still running after 15 s"
+        text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text())
+        answers["--mesh-host 0.0.0.0 without --mesh-advertise-host"] = {
+            "returncode": returncode,
+            "error": [line for line in text.splitlines() if re.search("advertise|error", line, re.I)][:5],
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "mesh-answers.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+        for name in MESH:
+            text = re.sub(r"\x1b\[[0-9;]*m", "", (work / f"smg-{name}.log").read_text())
+            # Less the lines each gossip round repeats (connected, pinged, merged, no peer to dial).
+            repeated = "Connecting to peer|Successfully connected|Round \\d+ Status|Received Ping|from Ping"
+            repeated += "|No peer addr|Alive }$"
+            lines = [
+                line
+                for line in text.splitlines()
+                if re.search("mesh|peer|gossip|sync|cluster", line, re.I) and not re.search(repeated, line)
+            ]
+            (out / f"mesh-log-{name}.txt").write_text("\n".join(lines) + "\n")
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "policy":
+    if sys.argv[1] == "mesh":
+        record_mesh(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "policy":
         record_policy(Path(sys.argv[2]), dict(arg.split("=", 1) for arg in sys.argv[3:]))
     else:
         record(sys.argv[1], Path(sys.argv[2]))
