@@ -357,6 +357,57 @@ def sglang_gateway_tls(host: str, settings: Mapping[str, Any], service: Mapping[
     }
 
 
+WILDCARDS = ("0.0.0.0", "::")
+
+
+def sglang_gateway_mesh(host: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The fleet gateways in a mesh (issue 39): with more than one gateway host (`settings.gateways`), each gateway on
+    `host` (`settings.gateway`) runs smg 1.13.0's mesh (recorded: tests/recordings/smg-1.13.0-mesh), in which the
+    workers registered on one gateway appear on the others, and a gateway that starts takes its peers' workers.
+    Settings: bind and port (sglang_gateway_mesh_host, _port), advertise (sglang_advertise_host), peers (the other
+    gateways' mesh addresses, host:port, as they publish them), tls (filter sglang_gateway_tls's: cert_path, key_path,
+    ca_file), instances (the host's), taken ({port: what holds it}: the routers' ports), listening (its listeners).
+    Returns `enabled`, `args` (the gateway's mesh flags) and `problems` (lines naming the host and the variable): a
+    mesh that binds loopback (its peers on other hosts could not reach it), a wildcard bind without an address to
+    advertise (smg refuses to start), a mesh without TLS and the CA its peers' certificates chain to (smg's mesh is
+    otherwise clear text and joins any peer: a peer could add workers to every gateway), a port that is taken."""
+    gateways = sorted({str(gateway) for gateway in settings.get("gateways") or []})
+    enabled = bool(settings.get("gateway")) and len(gateways) > 1
+    if not enabled:
+        return {"enabled": False, "args": [], "problems": []}
+    bind, port, advertise = str(settings["bind"]), int(settings["port"]), str(settings.get("advertise") or "")
+    tls = settings.get("tls") or {}
+    found: list[tuple[str, Any, str, str]] = []  # variable, value, cause, fix
+    if is_loopback(bind):
+        found.append(("sglang_gateway_mesh_host", bind, "the mesh of the fleet gateways listens on loopback: the other "
+                      "gateways cannot reach it", "set sglang_gateway_mesh_host: 0.0.0.0 (or this host's address)"))  # fmt: skip
+    elif bind in WILDCARDS and (advertise in WILDCARDS or is_loopback(advertise) or not advertise):
+        found.append(("sglang_advertise_host", advertise, f"the mesh binds {bind} and needs the address its peers "
+                      "dial (smg refuses to start without one)", "set sglang_advertise_host to this host's address"))  # fmt: skip
+    if not (tls.get("cert_path") and tls.get("ca_file")):
+        missing = "sglang_gateway_tls_ca" if tls.get("cert_path") else "sglang_gateway_tls_cert"
+        found.append((missing, "", "the mesh of the fleet gateways would be clear text and join any peer that reaches "
+                      "its port (which could then add workers to every gateway)", "give the gateways TLS: "
+                      "sglang_gateway_tls_cert and sglang_gateway_tls_key (valid for sglang_advertise_host, for "
+                      "serverAuth and clientAuth) and sglang_gateway_tls_ca, the CA they chain to"))  # fmt: skip
+    taken = {instance["port"]: instance["name"] for instance in settings.get("instances") or []}
+    taken.update({instance["nccl_port"]: f"{instance['name']}'s NCCL port" for instance in settings.get("instances") or []})
+    taken.update(settings.get("taken") or {})
+    if port in taken:
+        found.append(("sglang_gateway_mesh_port", port, f"port {port} is {taken[port]}", "choose a free port"))
+    owner = next((entry for entry in settings.get("listening") or [] if entry.get("port") == port), None)
+    if owner and owner.get("unit") != "sglang-gateway.service":
+        found.append(("sglang_gateway_mesh_port", port, f"port {port} is taken by PID {owner.get('pid')} "
+                      f"({owner.get('name', '?')})", "stop that program or choose another port"))  # fmt: skip
+    peers = sorted({str(peer) for peer in settings.get("peers") or [] if peer})
+    args = ["--enable-mesh", "--mesh-server-name", host, "--mesh-host", bind, "--mesh-port", str(port)]
+    args += ["--mesh-advertise-host", advertise] if bind in WILDCARDS else []
+    args += ["--mesh-peer-urls", *peers] if peers else []
+    if tls.get("cert_path") and tls.get("ca_file"):
+        args += ["--mesh-tls-ca-cert", tls["ca_file"], "--mesh-tls-cert", tls["cert_path"], "--mesh-tls-key", tls["key_path"]]
+    return {"enabled": True, "args": args, "problems": [problem_line(host, "gateway", *problem) for problem in found]}
+
+
 def sglang_router_request(processes: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
     """What deploy's probe compares and reads for the host's sglang-router `processes` (the role's request,
     sglang_router_probe): the launcher (`launcher_files`), each enabled process's unit and keys file (written only
@@ -432,6 +483,7 @@ class FilterModule:
             "sglang_gateway_problems": sglang_gateway_problems,
             "sglang_gateway_routes": sglang_gateway_routes,
             "sglang_gateway_tls": sglang_gateway_tls,
+            "sglang_gateway_mesh": sglang_gateway_mesh,
             "sglang_fleet_models": sglang_fleet_models,
             "sglang_router_process_files": sglang_router_process_files,
             "sglang_router_member_reads": sglang_router_member_reads,

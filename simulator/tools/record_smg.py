@@ -38,6 +38,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -351,11 +352,13 @@ def record_policy(out: Path, routers: dict[str, str]) -> None:
 
 
 MESH = {"a": ("31100", "31190", "31527"), "b": ("31101", "31191", "31528")}
+# Each mesh gateway's port, Prometheus port and mesh port: MESH's, and the third one of record_mesh_tls.
+PORTS = {**MESH, "c": ("31102", "31192", "31529")}
 
 
 def mesh_argv(smg: str, name: str, peers: list[str]) -> list[str]:
     """smg gateway `name` of MESH on loopback, in a mesh (--enable-mesh) that joins `peers` (host:port)."""
-    port, metrics, mesh = MESH[name]
+    port, metrics, mesh = PORTS[name]
     return [smg, "launch", "--host", "127.0.0.1", "--port", port, "--prometheus-host", "127.0.0.1",
             "--prometheus-port", metrics, "--health-check-interval-secs", "2", "--log-level", "info",
             "--api-key", CLIENT_KEY, "--control-plane-api-keys", "fleet:sglang-fleet:admin:" + ADMIN_KEY,
@@ -489,8 +492,77 @@ def record_mesh(smg: str, out: Path) -> None:
                 process.wait()
 
 
+def record_mesh_tls(smg: str, out: Path) -> None:
+    """Two mesh gateways over TLS (--mesh-tls-*) on loopback, each with a certificate of scripts/test_ca.py's
+    throw-away CA (SAN 127.0.0.1), and a third one without TLS that names the first as its peer: whether
+    workers registered on one appear on the others; with a certificate for serverAuth only (`server-auth`),
+    then for serverAuth and clientAuth (`server-and-client-auth`)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import test_ca  # the recorder's own helper, not the product's
+
+    answers: dict[str, Any] = {}
+    logs: dict[str, list[str]] = {}
+    for name, usages in (("server-auth", test_ca.USAGES[:1]), ("server-and-client-auth", test_ca.USAGES)):
+        logs = {
+            gateway: [*lines, f"# {name}"] for gateway, lines in (logs or {"a": [], "b": [], "c": []}).items()
+        }
+        answers[name] = mesh_tls_case(smg, partial(test_ca.make, names=["127.0.0.1"], usages=usages), logs)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mesh-tls-answers.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+    for name, lines in logs.items():
+        (out / f"mesh-tls-log-{name}.txt").write_text("\n".join(lines) + "\n")
+
+
+def mesh_tls_case(smg: str, make_tls: Any, logs: dict[str, list[str]]) -> dict[str, Any]:
+    """One case of record_mesh_tls: its answers (each gateway's log lines about TLS and peers: to `logs`)."""
+    started: list[subprocess.Popen[Any]] = []
+    try:
+        work, urls, _ = start_workers(started)
+        make_tls(work / "tls")
+        files = {"ca-cert": "ca.pem", "cert": "server.pem", "key": "server.key"}
+        tls = [
+            word for flag, file in files.items() for word in (f"--mesh-tls-{flag}", str(work / "tls" / file))
+        ]
+        peer = "127.0.0.1:" + MESH["a"][2]
+        argvs = {"a": mesh_argv(smg, "a", []) + tls, "b": mesh_argv(smg, "b", [peer]) + tls}
+        argvs["c"] = mesh_argv(smg, "c", [peer])
+        url = {name: "http://127.0.0.1:" + PORTS[name][0] for name in argvs}
+        for name, argv in argvs.items():
+            log = (work / f"smg-{name}.log").open("a")
+            started.append(subprocess.Popen(argv, stdout=log, stderr=log))
+        for name in argvs:
+            while call(url[name] + "/liveness")[0] != 200 and started[-1].poll() is None:
+                time.sleep(0.1)
+        answers: dict[str, Any] = {
+            "argv " + name: [re.sub(r"/tmp/record-smg-\w+", "<work>", word) for word in argv[1:]]
+            for name, argv in argvs.items()
+        }
+        answers["POST /workers on a"] = add_url(url["a"], urls[0])
+        answers["b after POST on a"] = timeline(url["b"], 20, lambda now: len(now) == 1 and now[0][2])
+        answers["c after POST on a"] = timeline(url["c"], 20, lambda now: len(now) == 1)
+        answers["POST /workers on c"] = add_url(url["c"], urls[1])
+        answers["a after POST on c"] = timeline(url["a"], 20, lambda now: len(now) == 2)
+        answers["chat"] = {name: mesh_status(url[name]) for name in argvs}
+        for process in started[-3:]:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
+        for name in argvs:
+            text = re.sub(r"\x1b\[[0-9;]*m", "", (work / f"smg-{name}.log").read_text())
+            pattern = "tls|certificate|handshake|mesh server|failed to connect|error connecting|mesh-synced"
+            lines = [line[20:] for line in text.splitlines() if re.search(pattern, line, re.I)]
+            logs.setdefault(name, []).extend(sorted(set(lines), key=lines.index)[:12])
+        return answers
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "mesh":
+    if sys.argv[1] == "mesh-tls":
+        record_mesh_tls(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "mesh":
         record_mesh(sys.argv[2], Path(sys.argv[3]))
     elif sys.argv[1] == "policy":
         record_policy(Path(sys.argv[2]), dict(arg.split("=", 1) for arg in sys.argv[3:]))
