@@ -30,7 +30,7 @@ KEYS_FILE = sys.argv[4] if len(sys.argv) > 4 else "/etc/sglang-fleet/secrets/rou
 MODEL = sys.argv[5] if len(sys.argv) > 5 else ""
 CA_FILE = sys.argv[6] if len(sys.argv) > 6 else ""
 TLS = ssl.create_default_context(cafile=CA_FILE) if any(url.startswith("https:") for url in ROUTERS) else None
-STOP = "/tmp/stop-load"
+STOP = os.environ.get("LOAD_CLIENT_STOP_FILE", "/tmp/stop-load")  # another file where /tmp is shared (the unit test)
 deadline = time.monotonic() + SECONDS
 counts = {"requests": 0, "failed": 0, "retried": 0}
 failed_by_router = dict.fromkeys(ROUTERS, 0)
