@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -360,6 +361,15 @@ def sglang_gateway_tls(host: str, settings: Mapping[str, Any], service: Mapping[
 WILDCARDS = ("0.0.0.0", "::")
 
 
+def _ip_address(text: str) -> bool:
+    """Whether `text` is an IP address (smg's mesh takes no host name: tests/recordings/smg-1.13.0-mesh)."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def sglang_gateway_mesh(host: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The fleet gateways in a mesh (issue 39): with more than one gateway host (`settings.gateways`), each gateway on
     `host` (`settings.gateway`) runs smg 1.13.0's mesh (recorded: tests/recordings/smg-1.13.0-mesh), in which the
@@ -369,8 +379,9 @@ def sglang_gateway_mesh(host: str, settings: Mapping[str, Any]) -> dict[str, Any
     ca_file), instances (the host's), taken ({port: what holds it}: the routers' ports), listening (its listeners).
     Returns `enabled`, `args` (the gateway's mesh flags) and `problems` (lines naming the host and the variable): a
     mesh that binds loopback (its peers on other hosts could not reach it), a wildcard bind without an address to
-    advertise (smg refuses to start), a mesh without TLS and the CA its peers' certificates chain to (smg's mesh is
-    otherwise clear text and joins any peer: a peer could add workers to every gateway), a port that is taken."""
+    advertise or a name (smg's mesh takes IP addresses only and exits otherwise), a mesh without TLS and the CA its peers'
+    certificates chain to (smg's mesh is otherwise clear text and joins any peer: a peer could add workers to every
+    gateway), a port that is taken."""
     gateways = sorted({str(gateway) for gateway in settings.get("gateways") or []})
     enabled = bool(settings.get("gateway")) and len(gateways) > 1
     if not enabled:
@@ -380,10 +391,14 @@ def sglang_gateway_mesh(host: str, settings: Mapping[str, Any]) -> dict[str, Any
     found: list[tuple[str, Any, str, str]] = []  # variable, value, cause, fix
     if is_loopback(bind):
         found.append(("sglang_gateway_mesh_host", bind, "the mesh of the fleet gateways listens on loopback: the other "
-                      "gateways cannot reach it", "set sglang_gateway_mesh_host: 0.0.0.0 (or this host's address)"))  # fmt: skip
-    elif bind in WILDCARDS and (advertise in WILDCARDS or is_loopback(advertise) or not advertise):
-        found.append(("sglang_advertise_host", advertise, f"the mesh binds {bind} and needs the address its peers "
-                      "dial (smg refuses to start without one)", "set sglang_advertise_host to this host's address"))  # fmt: skip
+                      "gateways cannot reach it", "set sglang_gateway_mesh_host to this host's IP address"))  # fmt: skip
+    elif not _ip_address(bind):
+        found.append(("sglang_gateway_mesh_host", bind, "smg's mesh binds an IP address only (a name makes it exit)",
+                      "set sglang_gateway_mesh_host to this host's IP address (or 0.0.0.0)"))  # fmt: skip
+    elif bind in WILDCARDS and (advertise in WILDCARDS or is_loopback(advertise) or not _ip_address(advertise)):
+        found.append(("sglang_advertise_host", advertise, f"the mesh binds {bind} and advertises this address to its "
+                      "peers, which smg takes as an IP address only (a name or none makes it exit)",
+                      "set sglang_gateway_mesh_host (or sglang_advertise_host) to this host's IP address"))  # fmt: skip
     if not (tls.get("cert_path") and tls.get("ca_file")):
         missing = "sglang_gateway_tls_ca" if tls.get("cert_path") else "sglang_gateway_tls_cert"
         found.append((missing, "", "the mesh of the fleet gateways would be clear text and join any peer that reaches "

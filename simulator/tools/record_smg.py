@@ -559,8 +559,64 @@ def mesh_tls_case(smg: str, make_tls: Any, logs: dict[str, list[str]]) -> dict[s
                 process.wait()
 
 
+def record_mesh_names(smg: str, out: Path) -> None:
+    """Whether smg's mesh takes host names: `--mesh-advertise-host localhost`, `--mesh-peer-urls
+    localhost:<port>` (each: its exit status and error), and a mesh over TLS between IP addresses with a
+    certificate that names `localhost` alone (DNS), no IP (whether a worker registered on one gateway appears
+    on the other)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import test_ca  # the recorder's own helper, not the product's
+
+    started: list[subprocess.Popen[Any]] = []
+    answers: dict[str, Any] = {}
+    try:
+        work, urls, _ = start_workers(started)
+        wildcard = ["--mesh-host", "0.0.0.0", "--mesh-advertise-host"]
+        for case, argv in (
+            ("--mesh-advertise-host localhost", [*mesh_argv(smg, "a", []), *wildcard, "localhost"]),
+            ("--mesh-peer-urls localhost:31527", mesh_argv(smg, "b", ["localhost:" + MESH["a"][2]])),
+        ):
+            log = work / "smg-name.log"
+            ended = subprocess.run(
+                argv, stdout=log.open("w"), stderr=subprocess.STDOUT, timeout=30, check=False
+            )
+            text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text())
+            errors = [line for line in text.splitlines() if line.startswith(("Error", "ValueError"))]
+            answers[case] = {"returncode": ended.returncode, "error": errors}
+        test_ca.make(work / "tls", ["localhost"])
+        files = {"ca-cert": "ca.pem", "cert": "server.pem", "key": "server.key"}
+        tls = [
+            word for flag, file in files.items() for word in (f"--mesh-tls-{flag}", str(work / "tls" / file))
+        ]
+        argvs = {
+            "a": mesh_argv(smg, "a", []) + tls,
+            "b": mesh_argv(smg, "b", ["127.0.0.1:" + MESH["a"][2]]) + tls,
+        }
+        for name, argv in argvs.items():
+            log_file = (work / f"smg-{name}.log").open("w")
+            started.append(subprocess.Popen(argv, stdout=log_file, stderr=log_file))
+        url = {name: "http://127.0.0.1:" + MESH[name][0] for name in argvs}
+        for name in argvs:
+            while call(url[name] + "/liveness")[0] != 200:
+                time.sleep(0.1)
+        answer = add_url(url["a"], urls[0])
+        answers["certificate for DNS:localhost, peers by IP"] = {
+            "POST /workers on a": answer["status"],
+            "b after POST on a": timeline(url["b"], 20, lambda now: len(now) == 1),
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "mesh-names-answers.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "mesh-tls":
+    if sys.argv[1] == "mesh-names":
+        record_mesh_names(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "mesh-tls":
         record_mesh_tls(sys.argv[2], Path(sys.argv[3]))
     elif sys.argv[1] == "mesh":
         record_mesh(sys.argv[2], Path(sys.argv[3]))

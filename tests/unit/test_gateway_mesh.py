@@ -12,6 +12,7 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
 MESH = json.loads((RECORDINGS / "smg-1.13.0-mesh/mesh-answers.json").read_text())
+MESH_NAMES = json.loads((RECORDINGS / "smg-1.13.0-mesh/mesh-names-answers.json").read_text())
 MESH_TLS = json.loads((RECORDINGS / "smg-1.13.0-mesh/mesh-tls-answers.json").read_text())
 HELP = (RECORDINGS / "smg-1.13.0-tls/smg-1.13.0-launch-router-help.txt").read_text()
 TLS = {"cert_path": "/etc/s/gateway-tls.pem", "key_path": "/etc/s/gateway-tls.key", "ca_file": "/etc/s/gateway-ca.pem"}
@@ -52,6 +53,20 @@ def test_each_mesh_problem_names_the_host_and_the_variable() -> None:
     assert MESH["--mesh-host 0.0.0.0 without --mesh-advertise-host"]["returncode"] == 1
     [unspecified] = sglang_gateway_mesh("ct129", settings(advertise="0.0.0.0"))["problems"]
     assert unspecified.startswith('ct129 gateway: sglang_advertise_host="0.0.0.0": the mesh binds 0.0.0.0')
+    # Recorded: smg's mesh takes IP addresses only (a name for the advertised address or a peer: exit 1).
+    assert MESH_NAMES["--mesh-advertise-host localhost"]["returncode"] == 1
+    assert MESH_NAMES["--mesh-peer-urls localhost:31527"]["returncode"] == 1
+    [named] = sglang_gateway_mesh("ct129", settings(advertise="ct129"))["problems"]
+    assert named.startswith('ct129 gateway: sglang_advertise_host="ct129": the mesh binds 0.0.0.0 and advertises')
+    [named_bind] = sglang_gateway_mesh("ct129", settings(bind="ct129.example"))["problems"]
+    assert named_bind.startswith('ct129 gateway: sglang_gateway_mesh_host="ct129.example": smg\'s mesh binds an IP')
+    ipv6 = sglang_gateway_mesh("ct129", settings(bind="::", advertise="fd00::2", peers=["[fd00::3]:39527"]))
+    assert ipv6["problems"] == [] and ipv6["args"][7:11] == [
+        "--mesh-advertise-host",
+        "fd00::2",
+        "--mesh-peer-urls",
+        "[fd00::3]:39527",
+    ]
     [plain] = sglang_gateway_mesh("ct129", settings(tls={"cert_path": "", "key_path": "", "ca_file": ""}))["problems"]
     assert plain.startswith('ct129 gateway: sglang_gateway_tls_cert="": the mesh of the fleet gateways would be clear text')
     [no_ca] = sglang_gateway_mesh("ct129", settings(tls={**TLS, "ca_file": ""}))["problems"]
