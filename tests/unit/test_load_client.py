@@ -77,4 +77,5 @@ def test_a_client_of_one_gateway_fails_while_it_is_stopped(tmp_path: Path) -> No
     only = serve()
     report = load([f"http://127.0.0.1:{only.server_address[1]}"], only, tmp_path)
     assert report["failed"] > 0 and report["retried"] == 0 and "failed_by_router" not in report
-    assert "ConnectionRefusedError" in report["errors"][0] or "Connection refused" in report["errors"][0]
+    # Refused once its port is closed (a request in flight then may be reset).
+    assert any("Connection refused" in error for error in report["errors"]), report["errors"]
