@@ -604,6 +604,21 @@ def record_mesh_names(smg: str, out: Path) -> None:
             "POST /workers on a": answer["status"],
             "b after POST on a": timeline(url["b"], 20, lambda now: len(now) == 1),
         }
+        for name in argvs:
+            started[-1 if name == "b" else -2].kill()
+        # IPv6: both on ::1, b dialling a at "[::1]:<port>" (no TLS).
+        for name in argvs:
+            argv = mesh_argv(smg, name, ["[::1]:" + MESH["a"][2]] if name == "b" else [])
+            argv[argv.index("--mesh-host") + 1] = "::1"
+            log_file = (work / f"smg-{name}-v6.log").open("w")
+            started.append(subprocess.Popen(argv, stdout=log_file, stderr=log_file))
+        for name in argvs:
+            while call(url[name] + "/liveness")[0] != 200 and started[-1].poll() is None:
+                time.sleep(0.1)
+        answers["IPv6: --mesh-host ::1, --mesh-peer-urls [::1]:31527"] = {
+            "POST /workers on a": add_url(url["a"], urls[0])["status"],
+            "b after POST on a": timeline(url["b"], 20, lambda now: len(now) == 1 and now[0][2]),
+        }
         out.mkdir(parents=True, exist_ok=True)
         (out / "mesh-names-answers.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
     finally:

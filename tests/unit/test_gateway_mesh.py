@@ -60,6 +60,8 @@ def test_each_mesh_problem_names_the_host_and_the_variable() -> None:
     assert named.startswith('ct129 gateway: sglang_advertise_host="ct129": the mesh binds 0.0.0.0 and advertises')
     [named_bind] = sglang_gateway_mesh("ct129", settings(bind="ct129.example"))["problems"]
     assert named_bind.startswith('ct129 gateway: sglang_gateway_mesh_host="ct129.example": smg\'s mesh binds an IP')
+    v6 = MESH_NAMES["IPv6: --mesh-host ::1, --mesh-peer-urls [::1]:31527"]["b after POST on a"]
+    assert v6[-1][1] == [["http://127.0.0.1:31000", "ready", True]], "recorded: a bracketed IPv6 peer joins"
     ipv6 = sglang_gateway_mesh("ct129", settings(bind="::", advertise="fd00::2", peers=["[fd00::3]:39527"]))
     assert ipv6["problems"] == [] and ipv6["args"][7:11] == [
         "--mesh-advertise-host",
