@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -361,6 +362,37 @@ def sglang_gateway_tls(host: str, settings: Mapping[str, Any], service: Mapping[
 WILDCARDS = ("0.0.0.0", "::")
 
 
+def _mesh_certificate_problems(path: str, address: str) -> list[tuple[str, Any, str, str]]:
+    """What keeps the gateway's certificate (`path`, on the control node) from joining a mesh over TLS at `address`
+    (recorded, tests/recordings/smg-1.13.0-mesh: a certificate without clientAuth, or that names the node by DNS alone,
+    never joins, silently): its usages and its IP addresses."""
+    from cryptography import x509  # ansible-core's own dependency, on the control node
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    fix = "give the gateway a certificate for serverAuth and clientAuth that names this IP address"
+    try:
+        certificate = x509.load_pem_x509_certificate(Path(path).read_bytes())
+    except (OSError, ValueError) as error:
+        return [("sglang_gateway_tls_cert", path, f"cannot be read as a PEM certificate ({error})", fix)]
+    found: list[tuple[str, Any, str, str]] = []
+    try:
+        usages = list(certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]  # no restriction
+    if ExtendedKeyUsageOID.CLIENT_AUTH not in usages:
+        found.append(("sglang_gateway_tls_cert", path, "the certificate does not allow clientAuth, which each gateway "
+                      "of the mesh presents it for: its mesh would never join", fix))  # fmt: skip
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        addresses = [str(ip) for ip in names.get_values_for_type(x509.IPAddress)]
+    except x509.ExtensionNotFound:
+        addresses = []
+    if _ip_address(address) and ipaddress.ip_address(address) not in [ipaddress.ip_address(ip) for ip in addresses]:
+        found.append(("sglang_gateway_tls_cert", path, f"the certificate does not name {address}, the IP address the "
+                      "mesh's peers dial: its mesh would never join", fix))  # fmt: skip
+    return found
+
+
 def _ip_address(text: str) -> bool:
     """Whether `text` is an IP address (smg's mesh takes no host name: tests/recordings/smg-1.13.0-mesh)."""
     try:
@@ -376,7 +408,8 @@ def sglang_gateway_mesh(host: str, settings: Mapping[str, Any]) -> dict[str, Any
     workers registered on one gateway appear on the others, and a gateway that starts takes its peers' workers.
     Settings: bind and port (sglang_gateway_mesh_host, _port), advertise (sglang_advertise_host), peers (the other
     gateways' mesh addresses, host:port, as they publish them), tls (filter sglang_gateway_tls's: cert_path, key_path,
-    ca_file), instances (the host's), taken ({port: what holds it}: the routers' ports), listening (its listeners).
+    ca_file), cert (sglang_gateway_tls_cert: the certificate on the control node, which must allow clientAuth and name
+    the mesh's IP address), instances (the host's), taken ({port: what holds it}: the routers' ports), listening.
     Returns `enabled`, `args` (the gateway's mesh flags) and `problems` (lines naming the host and the variable): a
     mesh that binds loopback (its peers on other hosts could not reach it), a wildcard bind without an address to
     advertise or a name (smg's mesh takes IP addresses only and exits otherwise), a mesh without TLS and the CA its peers'
@@ -399,6 +432,9 @@ def sglang_gateway_mesh(host: str, settings: Mapping[str, Any]) -> dict[str, Any
         found.append(("sglang_advertise_host", advertise, f"the mesh binds {bind} and advertises this address to its "
                       "peers, which smg takes as an IP address only (a name or none makes it exit)",
                       "set sglang_gateway_mesh_host (or sglang_advertise_host) to this host's IP address"))  # fmt: skip
+    address = bind if bind not in WILDCARDS else advertise
+    if settings.get("cert") and tls.get("cert_path") and not is_loopback(bind):
+        found += _mesh_certificate_problems(str(settings["cert"]), address)
     if not (tls.get("cert_path") and tls.get("ca_file")):
         missing = "sglang_gateway_tls_ca" if tls.get("cert_path") else "sglang_gateway_tls_cert"
         found.append((missing, "", "the mesh of the fleet gateways would be clear text and join any peer that reaches "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,21 @@ def test_the_recording_shows_what_the_fleet_builds_on() -> None:
     assert MESH_TLS["server-and-client-auth"]["a after POST on c"][-1][1] == [["http://127.0.0.1:31000", "ready", True]], (
         "a gateway without TLS joins no mesh over TLS"
     )
+
+
+def test_a_certificate_that_would_never_join_the_mesh_is_refused(tmp_path: Path) -> None:
+    """Recorded (mesh-tls-answers.json, mesh-names-answers.json): a certificate for serverAuth alone, or that names the
+    node by DNS alone, serves https but its mesh never joins, silently; preflight reads the control node's file."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import test_ca
+
+    test_ca.make(tmp_path / "good", ["ct129", "10.0.0.2"])
+    test_ca.make(tmp_path / "server", ["ct129", "10.0.0.2"], usages=test_ca.USAGES[:1])
+    test_ca.make(tmp_path / "named", ["ct129"])
+    assert sglang_gateway_mesh("ct129", settings(cert=str(tmp_path / "good/server.pem")))["problems"] == []
+    [server_only] = sglang_gateway_mesh("ct129", settings(cert=str(tmp_path / "server/server.pem")))["problems"]
+    assert "sglang_gateway_tls_cert=" in server_only and "does not allow clientAuth" in server_only
+    [named] = sglang_gateway_mesh("ct129", settings(cert=str(tmp_path / "named/server.pem")))["problems"]
+    assert "does not name 10.0.0.2, the IP address the mesh's peers dial" in named
+    [missing] = sglang_gateway_mesh("ct129", settings(cert=str(tmp_path / "none.pem")))["problems"]
+    assert "cannot be read as a PEM certificate" in missing
