@@ -130,11 +130,13 @@ def rolling_restart_with_a_mesh_gateway_stopped() -> dict[str, Any]:
             placed = run_playbook("deploy.yml", inventory=inventory, extravars=mesh)
             if placed.rc != 0:
                 raise RuntimeError(placed.failure_messages())
+            print(f"two mesh gateways deployed (changed {placed.changed_count()}): {addresses}", file=sys.stderr)
             both = f"{GATEWAY},https://b200:30200"
             with load_through_router(both, host="ct129", keys_file=GATEWAY_KEYS) as report:
                 time.sleep(3)
                 on_host("b200", "systemctl", "stop", "sglang-gateway.service")
                 stopped = time.monotonic()
+                print("b200's gateway stopped under load; the rolling restart starts", file=sys.stderr)
                 run = run_playbook(
                     "deploy.yml", inventory=inventory, extravars={**mesh, "sglang_environment": {"SGLANG_FLEET_BENCH": "2"}}
                 )
