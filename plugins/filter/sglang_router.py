@@ -86,14 +86,16 @@ def _url_host(url: str) -> str:
 
 
 def sglang_gateway_members(
-    hostvars: Mapping[str, Any], hosts: Sequence[str], gateway: str, inventory_hosts: Sequence[str] = ()
+    hostvars: Mapping[str, Any], hosts: Sequence[str], gateway: str, inventory_hosts: Sequence[str] = (), mesh: bool = False
 ) -> dict[str, Any]:
     """The workers of the fleet gateway on host `gateway`: every planned instance of the run's server hosts (`hosts`)
     that drain their instances from it (their own sglang_router.gateways names it), by the URL the gateway reaches it
     at (its own instances' `url`, other hosts' `remote_url`); the model each serves (`models`, by URL); and the URL
     hosts of the inventory's server hosts outside the run (`keep`: their registered workers are left as they are;
     any other unplanned worker goes); and the workers whose instances a new shape displaces (`displaced`: their
-    rollout stops them drained from the gateway, and they start again without it)."""
+    rollout stops them drained from the gateway, and they start again without it). In a `mesh` of gateways its own
+    instances too by `remote_url`: the mesh hands each worker's URL as it is to the other gateways (recorded), where a
+    loopback URL would name another host."""
     workers: list[str] = []
     models: dict[str, str] = {}
     displaced: list[str] = []
@@ -103,7 +105,7 @@ def sglang_gateway_members(
             continue
         stopped_first = (hostvars[host].get("sglang_reshape") or {}).get("displaced") or []
         for instance in hostvars[host].get("sglang_instances") or []:
-            url = instance["url"] if host == gateway else instance.get("remote_url") or ""
+            url = instance["url"] if host == gateway and not mesh else instance.get("remote_url") or ""
             # A node of rank other than 0 of an instance across hosts answers /health alone: rank 0 is the worker.
             if url and instance.get("serves_http", True):
                 workers.append(url)
@@ -149,12 +151,14 @@ def sglang_gateway_problems(
     instances: Sequence[Mapping[str, Any]],
     listen_host: str,
     api_key_digest: str,
+    mesh: bool = False,
 ) -> list[str]:
     """What keeps the fleet gateways (`gateways`, inventory hosts) from routing to this host's instances, or this
     host's rollouts from draining them there: a gateway that is not a server host or not in this run, this host's
     servers on loopback or with another key than the gateway's, a gateway that binds loopback only, a gateway that
     other hosts reach over plain http (their rollouts would send it its admin key across the network in the clear,
-    and its clients their key and prompts: issue 38)."""
+    and its clients their key and prompts: issue 38). In a `mesh` of gateways (issue 39) a gateway's own host too: the
+    mesh hands its workers' URLs to the others."""
     found: list[tuple[str, str, Any, str, str]] = []  # where, variable, value, cause, fix
     # The gateway's workers here: not a node of another rank of an instance across hosts, which serves no HTTP.
     instances = [instance for instance in instances if instance.get("serves_http", True)]
@@ -185,14 +189,15 @@ def sglang_gateway_problems(
                     f"add {gateway} to --limit" if outside else "set sglang_gateway_hosts once for the fleet (group_vars)",
                 )
             )
-        elif gateway != host and instances:
+        elif (gateway != host or mesh) and instances:
             if not instances[0].get("remote_url"):
                 found.append(
                     (
                         "host",
                         "sglang_listen_host",
                         listen_host,
-                        f"the gateway on {gateway} routes to this host's instances but cannot reach them on loopback",
+                        f"the gateway on {gateway} routes to this host's instances but cannot reach them on loopback"
+                        + (" (in a mesh every gateway registers them by their remote_url)" if gateway == host else ""),
                         "set sglang_listen_host: 0.0.0.0 (or this host's address) with sglang_api_key",
                     )
                 )
@@ -232,11 +237,12 @@ def sglang_gateway_problems(
 
 
 def sglang_gateway_routes(
-    hostvars: Mapping[str, Any], host: str, gateways: Sequence[str], ca_file: str = ""
+    hostvars: Mapping[str, Any], host: str, gateways: Sequence[str], ca_file: str = "", mesh: bool = False
 ) -> list[dict[str, str]]:
     """The fleet gateways a rollout on `host` drains its instances from (sglang_rollout's `gateways`): each as this host
     reaches it, with its admin key, its keys file on its own host, the instance URL it knows workers by, and the CA file
-    on `host` that a gateway over TLS is verified with (`ca_file`, "" for the system's CAs)."""
+    on `host` that a gateway over TLS is verified with (`ca_file`, "" for the system's CAs). In a `mesh` of gateways
+    every gateway knows the workers by `remote_url` (filter sglang_gateway_members)."""
     routes = []
     for gateway in gateways:
         published = hostvars[gateway].get("sglang_gateway") or {}
@@ -249,7 +255,7 @@ def sglang_gateway_routes(
                     "url": url,
                     "admin_key": published.get("admin_key") or "",
                     "keys_file": (published.get("keys_file") or "") if local else "",
-                    "worker_url": "url" if local else "remote_url",
+                    "worker_url": "url" if local and not mesh else "remote_url",
                     "ca_file": ca_file,
                 }
             )

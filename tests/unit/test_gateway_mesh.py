@@ -133,3 +133,36 @@ def test_a_certificate_that_would_never_join_the_mesh_is_refused(tmp_path: Path)
     assert "does not name 10.0.0.2, the IP address the mesh's peers dial" in named
     [missing] = sglang_gateway_mesh("ct129", settings(cert=str(tmp_path / "none.pem")))["problems"]
     assert "cannot be read as a PEM certificate" in missing
+
+
+def test_in_a_mesh_every_gateway_knows_the_workers_by_their_remote_url() -> None:
+    """The mesh hands a worker's URL as it is to the other gateways (recorded: `Registered mesh-synced worker`), where
+    a gateway's own loopback URL would name another host: in a mesh a gateway registers its own instances, and the
+    rollouts drain them from it, by remote_url too."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_gateway_members, sglang_gateway_routes
+
+    instance = {"url": "http://127.0.0.1:30000", "remote_url": "http://10.0.0.2:30000", "served_model_name": "q"}
+    gateway = {"url": "https://127.0.0.1:30200", "remote_url": "https://10.0.0.2:30200", "admin_key": "k"}
+    hostvars = {"ct129": {"sglang_instances": [instance], "sglang_router": {"gateways": []}, "sglang_gateway": gateway}}
+    alone = sglang_gateway_members(hostvars, ["ct129"], "ct129", ["ct129"])
+    meshed = sglang_gateway_members(hostvars, ["ct129"], "ct129", ["ct129"], mesh=True)
+    assert alone["workers"] == ["http://127.0.0.1:30000"] and meshed["workers"] == ["http://10.0.0.2:30000"]
+    assert sglang_gateway_routes(hostvars, "ct129", ["ct129"])[0]["worker_url"] == "url"
+    assert sglang_gateway_routes(hostvars, "ct129", ["ct129"], mesh=True)[0]["worker_url"] == "remote_url"
+    assert (
+        "127.0.0.1" in "".join(MESH["argv b"])
+        and "Registered mesh-synced worker" in (RECORDINGS / "smg-1.13.0-mesh/mesh-log-b.txt").read_text()
+    )
+
+
+def test_in_a_mesh_a_gateway_s_own_instances_on_loopback_are_refused() -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_gateway_problems
+
+    gateway = {"url": "https://127.0.0.1:30200", "remote_url": "https://10.0.0.2:30200", "api_key_digest": "d"}
+    hostvars = {"ct129": {"sglang_gateway": gateway}, "b200": {"sglang_gateway": gateway}}
+    loopback = [{"url": "http://127.0.0.1:30000", "remote_url": ""}]
+    args = (["ct129"], hostvars, ["ct129", "b200"], ["ct129", "b200"], loopback, "127.0.0.1", "d")
+    assert sglang_gateway_problems("ct129", *args) == [], "one gateway reaches its own host's instances on loopback"
+    [line] = sglang_gateway_problems("ct129", *args, mesh=True)
+    assert line.startswith('ct129 host: sglang_listen_host="127.0.0.1": the gateway on ct129 routes to this host')
+    assert "in a mesh every gateway registers them by their remote_url" in line
