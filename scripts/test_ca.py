@@ -3,9 +3,10 @@
     python scripts/test_ca.py DIR NAME [NAME ...]
 
 Writes DIR/ca.pem (the CA's certificate: what clients verify with), DIR/server.pem and DIR/server.key (the server's
-certificate for every NAME, a DNS name or an IP address, and its private key, 0600). The CA's own key is never
-written: nothing can sign another certificate with this CA afterwards. An existing DIR/ca.pem whose server
-certificate still covers every NAME is kept (a later deploy changes nothing); otherwise all three are made again.
+certificate for every NAME, a DNS name or an IP address, for serverAuth and clientAuth, and its private key,
+0600). The CA's own key is never written: nothing can sign another certificate with this CA afterwards. An existing
+DIR/ca.pem whose server certificate still covers every NAME (and both usages) is kept (a later deploy changes
+nothing); otherwise all three are made again.
 Never for production: an operator brings the fleet's own CA and certificates (README, "Security").
 """
 
@@ -53,10 +54,16 @@ def covers(directory: Path, names: list[str]) -> bool:
     ):
         return False
     present = set(loaded.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
-    return set(subject_names(names)) <= present
+    usages = set(loaded.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    return set(subject_names(names)) <= present and set(USAGES) <= usages
 
 
-def make(directory: Path, names: list[str], days: int = 30) -> None:
+# The server certificate's extended key usages: serverAuth (the gateway's https), and clientAuth, which smg 1.13.0's
+# mesh over TLS needs of the same certificate, presented to its peers (tests/recordings/smg-1.13.0-mesh).
+USAGES = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+
+
+def make(directory: Path, names: list[str], days: int = 30, usages: tuple[x509.ObjectIdentifier, ...] = USAGES) -> None:
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sglang-fleet test CA (throw-away)")])
@@ -86,7 +93,7 @@ def make(directory: Path, names: list[str], days: int = 30) -> None:
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.SubjectAlternativeName(subject_names(names)), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )

@@ -234,9 +234,10 @@ SANDBOX_TLS = ROOT / "build/sandbox-tls"
 SANDBOX_CA = "/usr/local/lib/sglang-fleet/gateway-ca.pem"
 
 
-def sandbox_test_ca() -> Path:
-    """The sandbox's test CA and the gateway's certificate (for ct129, b200 and loopback), made once, kept while valid."""
-    names = ["ct129", "b200", "127.0.0.1", "localhost"]
+def sandbox_test_ca(*addresses: str) -> Path:
+    """The sandbox's test CA and the gateway's certificate (for ct129, b200 and loopback, and `addresses`: the hosts'
+    IP addresses, which the gateways' mesh dials), made once, kept while valid and naming them all."""
+    names = ["ct129", "b200", "127.0.0.1", "localhost", *addresses]
     subprocess.run([sys.executable, str(ROOT / "scripts/test_ca.py"), str(SANDBOX_TLS), *names], check=True)
     return SANDBOX_TLS
 

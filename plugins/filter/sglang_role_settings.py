@@ -36,7 +36,7 @@ def _router_process(kind: str, spec: Mapping[str, Any], description: str, **memb
         "argv": [
             "--host", spec["host"], "--port", str(spec["port"]),
             "--prometheus-host", spec["prometheus_host"], "--prometheus-port", str(spec["prometheus_port"]),
-        ] + (["--tls-cert-path", tls[0], "--tls-key-path", tls[1]] if tls else []),
+        ] + (["--tls-cert-path", tls[0], "--tls-key-path", tls[1]] if tls else []) + list(spec.get("mesh_args") or []),
     }  # fmt: skip
 
 
@@ -45,7 +45,8 @@ def sglang_router_processes(instances: Sequence[Mapping[str, Any]], settings: Ma
     router (`settings.router`: in front of its own `instances`) and the fleet gateway (`settings.gateway`, in front of
     `settings.gateway_members`: every host's instances). Each of `router` and `gateway` gives enabled, unit, url, host,
     port, prometheus_host, prometheus_port, keys_file and workers_file (and optionally tls_cert_path, tls_key_path:
-    its certificate and key on the host, and ca_file: the CA its clients verify it with). `displaced`: the units a new
+    its certificate and key on the host, and ca_file: the CA its clients verify it with; mesh_args: the gateway's mesh
+    flags, filter sglang_gateway_mesh). `displaced`: the units a new
     shape stops first (role sglang_plan: sglang_reshape), drained from every process that routes to them; a process in
     front of more than one model (`gateway_models`: the fleet's) runs sglang-router's multi-model mode (`by_model`)."""
     router, gateway = settings["router"], settings["gateway"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -84,14 +86,16 @@ def _url_host(url: str) -> str:
 
 
 def sglang_gateway_members(
-    hostvars: Mapping[str, Any], hosts: Sequence[str], gateway: str, inventory_hosts: Sequence[str] = ()
+    hostvars: Mapping[str, Any], hosts: Sequence[str], gateway: str, inventory_hosts: Sequence[str] = (), mesh: bool = False
 ) -> dict[str, Any]:
     """The workers of the fleet gateway on host `gateway`: every planned instance of the run's server hosts (`hosts`)
     that drain their instances from it (their own sglang_router.gateways names it), by the URL the gateway reaches it
     at (its own instances' `url`, other hosts' `remote_url`); the model each serves (`models`, by URL); and the URL
     hosts of the inventory's server hosts outside the run (`keep`: their registered workers are left as they are;
     any other unplanned worker goes); and the workers whose instances a new shape displaces (`displaced`: their
-    rollout stops them drained from the gateway, and they start again without it)."""
+    rollout stops them drained from the gateway, and they start again without it). In a `mesh` of gateways its own
+    instances too by `remote_url`: the mesh hands each worker's URL as it is to the other gateways (recorded), where a
+    loopback URL would name another host."""
     workers: list[str] = []
     models: dict[str, str] = {}
     displaced: list[str] = []
@@ -101,7 +105,7 @@ def sglang_gateway_members(
             continue
         stopped_first = (hostvars[host].get("sglang_reshape") or {}).get("displaced") or []
         for instance in hostvars[host].get("sglang_instances") or []:
-            url = instance["url"] if host == gateway else instance.get("remote_url") or ""
+            url = instance["url"] if host == gateway and not mesh else instance.get("remote_url") or ""
             # A node of rank other than 0 of an instance across hosts answers /health alone: rank 0 is the worker.
             if url and instance.get("serves_http", True):
                 workers.append(url)
@@ -147,12 +151,14 @@ def sglang_gateway_problems(
     instances: Sequence[Mapping[str, Any]],
     listen_host: str,
     api_key_digest: str,
+    mesh: bool = False,
 ) -> list[str]:
     """What keeps the fleet gateways (`gateways`, inventory hosts) from routing to this host's instances, or this
     host's rollouts from draining them there: a gateway that is not a server host or not in this run, this host's
     servers on loopback or with another key than the gateway's, a gateway that binds loopback only, a gateway that
     other hosts reach over plain http (their rollouts would send it its admin key across the network in the clear,
-    and its clients their key and prompts: issue 38)."""
+    and its clients their key and prompts: issue 38). In a `mesh` of gateways (issue 39) a gateway's own host too: the
+    mesh hands its workers' URLs to the others."""
     found: list[tuple[str, str, Any, str, str]] = []  # where, variable, value, cause, fix
     # The gateway's workers here: not a node of another rank of an instance across hosts, which serves no HTTP.
     instances = [instance for instance in instances if instance.get("serves_http", True)]
@@ -183,14 +189,15 @@ def sglang_gateway_problems(
                     f"add {gateway} to --limit" if outside else "set sglang_gateway_hosts once for the fleet (group_vars)",
                 )
             )
-        elif gateway != host and instances:
+        elif (gateway != host or mesh) and instances:
             if not instances[0].get("remote_url"):
                 found.append(
                     (
                         "host",
                         "sglang_listen_host",
                         listen_host,
-                        f"the gateway on {gateway} routes to this host's instances but cannot reach them on loopback",
+                        f"the gateway on {gateway} routes to this host's instances but cannot reach them on loopback"
+                        + (" (in a mesh every gateway registers them by their remote_url)" if gateway == host else ""),
                         "set sglang_listen_host: 0.0.0.0 (or this host's address) with sglang_api_key",
                     )
                 )
@@ -230,11 +237,12 @@ def sglang_gateway_problems(
 
 
 def sglang_gateway_routes(
-    hostvars: Mapping[str, Any], host: str, gateways: Sequence[str], ca_file: str = ""
+    hostvars: Mapping[str, Any], host: str, gateways: Sequence[str], ca_file: str = "", mesh: bool = False
 ) -> list[dict[str, str]]:
     """The fleet gateways a rollout on `host` drains its instances from (sglang_rollout's `gateways`): each as this host
     reaches it, with its admin key, its keys file on its own host, the instance URL it knows workers by, and the CA file
-    on `host` that a gateway over TLS is verified with (`ca_file`, "" for the system's CAs)."""
+    on `host` that a gateway over TLS is verified with (`ca_file`, "" for the system's CAs). In a `mesh` of gateways
+    every gateway knows the workers by `remote_url` (filter sglang_gateway_members)."""
     routes = []
     for gateway in gateways:
         published = hostvars[gateway].get("sglang_gateway") or {}
@@ -247,7 +255,7 @@ def sglang_gateway_routes(
                     "url": url,
                     "admin_key": published.get("admin_key") or "",
                     "keys_file": (published.get("keys_file") or "") if local else "",
-                    "worker_url": "url" if local else "remote_url",
+                    "worker_url": "url" if local and not mesh else "remote_url",
                     "ca_file": ca_file,
                 }
             )
@@ -360,6 +368,106 @@ def sglang_gateway_tls(host: str, settings: Mapping[str, Any], account: Mapping[
     }
 
 
+WILDCARDS = ("0.0.0.0", "::")
+
+
+def _mesh_certificate_problems(path: str, address: str) -> list[tuple[str, Any, str, str]]:
+    """What keeps the gateway's certificate (`path`, on the control node) from joining a mesh over TLS at `address`
+    (recorded, tests/recordings/smg-1.13.0-mesh: a certificate without clientAuth, or that names the node by DNS alone,
+    never joins, silently): its usages and its IP addresses."""
+    from cryptography import x509  # ansible-core's own dependency, on the control node
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    fix = "give the gateway a certificate for serverAuth and clientAuth that names this IP address"
+    try:
+        certificate = x509.load_pem_x509_certificate(Path(path).read_bytes())
+    except (OSError, ValueError) as error:
+        return [("sglang_gateway_tls_cert", path, f"cannot be read as a PEM certificate ({error})", fix)]
+    found: list[tuple[str, Any, str, str]] = []
+    try:
+        usages = list(certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]  # no restriction
+    if ExtendedKeyUsageOID.CLIENT_AUTH not in usages:
+        found.append(("sglang_gateway_tls_cert", path, "the certificate does not allow clientAuth, which each gateway "
+                      "of the mesh presents it for: its mesh would never join", fix))  # fmt: skip
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        addresses = [str(ip) for ip in names.get_values_for_type(x509.IPAddress)]
+    except x509.ExtensionNotFound:
+        addresses = []
+    if _ip_address(address) and ipaddress.ip_address(address) not in [ipaddress.ip_address(ip) for ip in addresses]:
+        found.append(("sglang_gateway_tls_cert", path, f"the certificate does not name {address}, the IP address the "
+                      "mesh's peers dial: its mesh would never join", fix))  # fmt: skip
+    return found
+
+
+def _ip_address(text: str) -> bool:
+    """Whether `text` is an IP address (smg's mesh takes no host name: tests/recordings/smg-1.13.0-mesh)."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def sglang_gateway_mesh(host: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The fleet gateways in a mesh (issue 39): with more than one gateway host (`settings.gateways`), each gateway on
+    `host` (`settings.gateway`) runs smg 1.13.0's mesh (recorded: tests/recordings/smg-1.13.0-mesh), in which the
+    workers registered on one gateway appear on the others, and a gateway that starts takes its peers' workers.
+    Settings: bind and port (sglang_gateway_mesh_host, _port), advertise (sglang_advertise_host), peers (the other
+    gateways' mesh addresses, host:port, as they publish them), tls (filter sglang_gateway_tls's: cert_path, key_path,
+    ca_file), cert (sglang_gateway_tls_cert: the certificate on the control node, which must allow clientAuth and name
+    the mesh's IP address), instances (the host's), taken ({port: what holds it}: the routers' ports), listening.
+    Returns `enabled`, `args` (the gateway's mesh flags) and `problems` (lines naming the host and the variable): a
+    mesh that binds loopback (its peers on other hosts could not reach it), a wildcard bind without an address to
+    advertise or a name (smg's mesh takes IP addresses only and exits otherwise), a mesh without TLS and the CA its peers'
+    certificates chain to (smg's mesh is otherwise clear text and joins any peer: a peer could add workers to every
+    gateway), a port that is taken."""
+    gateways = sorted({str(gateway) for gateway in settings.get("gateways") or []})
+    enabled = bool(settings.get("gateway")) and len(gateways) > 1
+    if not enabled:
+        return {"enabled": False, "args": [], "problems": []}
+    bind, port, advertise = str(settings["bind"]), int(settings["port"]), str(settings.get("advertise") or "")
+    tls = settings.get("tls") or {}
+    found: list[tuple[str, Any, str, str]] = []  # variable, value, cause, fix
+    if is_loopback(bind):
+        found.append(("sglang_gateway_mesh_host", bind, "the mesh of the fleet gateways listens on loopback: the other "
+                      "gateways cannot reach it", "set sglang_gateway_mesh_host to this host's IP address"))  # fmt: skip
+    elif not _ip_address(bind):
+        found.append(("sglang_gateway_mesh_host", bind, "smg's mesh binds an IP address only (a name makes it exit)",
+                      "set sglang_gateway_mesh_host to this host's IP address (or 0.0.0.0)"))  # fmt: skip
+    elif bind in WILDCARDS and (advertise in WILDCARDS or is_loopback(advertise) or not _ip_address(advertise)):
+        found.append(("sglang_advertise_host", advertise, f"the mesh binds {bind} and advertises this address to its "
+                      "peers, which smg takes as an IP address only (a name or none makes it exit)",
+                      "set sglang_gateway_mesh_host (or sglang_advertise_host) to this host's IP address"))  # fmt: skip
+    address = bind if bind not in WILDCARDS else advertise
+    if settings.get("cert") and tls.get("cert_path") and not is_loopback(bind):
+        found += _mesh_certificate_problems(str(settings["cert"]), address)
+    if not (tls.get("cert_path") and tls.get("ca_file")):
+        missing = "sglang_gateway_tls_ca" if tls.get("cert_path") else "sglang_gateway_tls_cert"
+        found.append((missing, "", "the mesh of the fleet gateways would be clear text and join any peer that reaches "
+                      "its port (which could then add workers to every gateway)", "give the gateways TLS: "
+                      "sglang_gateway_tls_cert and sglang_gateway_tls_key (valid for sglang_advertise_host, for "
+                      "serverAuth and clientAuth) and sglang_gateway_tls_ca, the CA they chain to"))  # fmt: skip
+    taken = {instance["port"]: instance["name"] for instance in settings.get("instances") or []}
+    taken.update({instance["nccl_port"]: f"{instance['name']}'s NCCL port" for instance in settings.get("instances") or []})
+    taken.update(settings.get("taken") or {})
+    if port in taken:
+        found.append(("sglang_gateway_mesh_port", port, f"port {port} is {taken[port]}", "choose a free port"))
+    owner = next((entry for entry in settings.get("listening") or [] if entry.get("port") == port), None)
+    if owner and owner.get("unit") != "sglang-gateway.service":
+        found.append(("sglang_gateway_mesh_port", port, f"port {port} is taken by PID {owner.get('pid')} "
+                      f"({owner.get('name', '?')})", "stop that program or choose another port"))  # fmt: skip
+    peers = sorted({str(peer) for peer in settings.get("peers") or [] if peer})
+    args = ["--enable-mesh", "--mesh-server-name", host, "--mesh-host", bind, "--mesh-port", str(port)]
+    args += ["--mesh-advertise-host", advertise] if bind in WILDCARDS else []
+    args += ["--mesh-peer-urls", *peers] if peers else []
+    if tls.get("cert_path") and tls.get("ca_file"):
+        args += ["--mesh-tls-ca-cert", tls["ca_file"], "--mesh-tls-cert", tls["cert_path"], "--mesh-tls-key", tls["key_path"]]
+    return {"enabled": True, "args": args, "problems": [problem_line(host, "gateway", *problem) for problem in found]}
+
+
 def sglang_router_request(processes: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
     """What deploy's probe compares and reads for the host's sglang-router `processes` (the role's request,
     sglang_router_probe): the launcher (`launcher_files`), each enabled process's unit and keys file (written only
@@ -449,6 +557,7 @@ class FilterModule:
             "sglang_gateway_problems": sglang_gateway_problems,
             "sglang_gateway_routes": sglang_gateway_routes,
             "sglang_gateway_tls": sglang_gateway_tls,
+            "sglang_gateway_mesh": sglang_gateway_mesh,
             "sglang_fleet_models": sglang_fleet_models,
             "sglang_router_process_files": sglang_router_process_files,
             "sglang_router_member_reads": sglang_router_member_reads,

@@ -17,6 +17,13 @@ records whether each router (``NAME=PYTHON``: the Python of a venv holding it, i
 fleet's launcher runs it) starts with ``--policy power_of_two`` as the fleet starts it - no workers on its
 command line, registered through ``POST /workers`` once it answers - in its single-pool mode and in its
 multi-model mode (``--enable-igw``), and how it then spreads 20 requests over the two workers.
+
+    python simulator/tools/record_smg.py mesh SMG_EXECUTABLE OUT_DIR
+
+records two gateways in a mesh (``--enable-mesh``) on loopback: whether workers registered on one appear
+on the other, what each answers as one stops and starts again (``OUT_DIR/mesh-answers.json``, and each
+one's mesh log lines, ``mesh-log-a.txt`` / ``mesh-log-b.txt``); tests/recordings/smg-1.13.0-mesh/README.md
+says what it showed.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -343,8 +351,291 @@ def record_policy(out: Path, routers: dict[str, str]) -> None:
                 process.wait()
 
 
+MESH = {"a": ("31100", "31190", "31527"), "b": ("31101", "31191", "31528")}
+# Each mesh gateway's port, Prometheus port and mesh port: MESH's, and the third one of record_mesh_tls.
+PORTS = {**MESH, "c": ("31102", "31192", "31529")}
+
+
+def mesh_argv(smg: str, name: str, peers: list[str]) -> list[str]:
+    """smg gateway `name` of MESH on loopback, in a mesh (--enable-mesh) that joins `peers` (host:port)."""
+    port, metrics, mesh = PORTS[name]
+    return [smg, "launch", "--host", "127.0.0.1", "--port", port, "--prometheus-host", "127.0.0.1",
+            "--prometheus-port", metrics, "--health-check-interval-secs", "2", "--log-level", "info",
+            "--api-key", CLIENT_KEY, "--control-plane-api-keys", "fleet:sglang-fleet:admin:" + ADMIN_KEY,
+            "--enable-mesh", "--mesh-server-name", "gw-" + name, "--mesh-host", "127.0.0.1",
+            "--mesh-port", mesh] + (["--mesh-peer-urls", *peers] if peers else [])  # fmt: skip
+
+
+def start_mesh_gateway(smg: str, name: str, peers: list[str], work: Path) -> subprocess.Popen[Any]:
+    """mesh_argv's gateway, its log in `work`."""
+    log = (work / f"smg-{name}.log").open("a")
+    return subprocess.Popen(mesh_argv(smg, name, peers), stdout=log, stderr=log)
+
+
+def add_url(gateway: str, url: str) -> dict[str, Any]:
+    """POST /workers of the worker at `url` on `gateway`."""
+    body = {"url": url, "model_id": MODEL, "api_key": CLIENT_KEY}
+    return decoded(call(gateway + "/workers", "POST", body, ADMIN_KEY))
+
+
+def delete_url(gateway: str, url: str) -> dict[str, Any]:
+    """DELETE /workers/{id} of the worker at `url` on `gateway`."""
+    listed = json.loads(call(gateway + "/workers", key=ADMIN_KEY)[1])["workers"]
+    worker = next(w for w in listed if w["url"] == url)
+    return decoded(call(f"{gateway}/workers/{worker['id']}", "DELETE", key=ADMIN_KEY))
+
+
+def mesh_status(url: str) -> dict[str, Any]:
+    """What one gateway answers: /liveness, /readiness, its registry and a chat completion."""
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    return {
+        "GET /liveness": decoded(call(url + "/liveness")),
+        "GET /readiness": decoded(call(url + "/readiness")),
+        "workers": states(url),
+        "POST /v1/chat/completions": call(url + "/v1/chat/completions", "POST", chat, CLIENT_KEY)[0],
+    }
+
+
+def record_mesh(smg: str, out: Path) -> None:
+    """Two smg gateways in a mesh on loopback (see README): what each lists and answers as workers are added
+    to one, removed from it, and as one stops and starts again."""
+    started: list[subprocess.Popen[Any]] = []
+    try:
+        work, urls, _ = start_workers(started)
+        url = {name: "http://127.0.0.1:" + MESH[name][0] for name in MESH}
+        answers: dict[str, Any] = {}
+        gateways = {"a": start_mesh_gateway(smg, "a", [], work)}
+        gateways["b"] = start_mesh_gateway(smg, "b", ["127.0.0.1:" + MESH["a"][2]], work)
+        started.extend(gateways.values())
+        for name in MESH:
+            while call(url[name] + "/liveness")[0] != 200:
+                time.sleep(0.1)
+        answers["argv b"] = mesh_argv(smg, "b", ["127.0.0.1:" + MESH["a"][2]])[1:]
+        answers["started"] = {name: mesh_status(url[name]) for name in MESH}
+        answers["POST /workers on a"] = [add_url(url["a"], worker) for worker in urls]
+        answers["b after POST on a"] = timeline(
+            url["b"], 20, lambda now: len(now) == 2 and all(s[2] for s in now)
+        )
+        answers["a after POST on a"] = states(url["a"])
+        answers["both workers on a"] = {name: mesh_status(url[name]) for name in MESH}
+        # A worker removed from a: removed from b?
+        answers["DELETE /workers/{id} on a"] = delete_url(url["a"], urls[1])
+        answers["b after DELETE on a"] = timeline(url["b"], 20, lambda now: len(now) == 1)
+        answers["a after DELETE on a"] = states(url["a"])
+        # A worker added on b: on a?
+        answers["POST /workers on b"] = add_url(url["b"], urls[1])
+        answers["a after POST on b"] = timeline(
+            url["a"], 20, lambda now: len(now) == 2 and all(s[2] for s in now)
+        )
+        # A worker a never had, added on b: on a?
+        start_worker(work, 31002, 2, started)
+        while call("http://127.0.0.1:31002/health")[0] != 200:
+            time.sleep(0.1)
+        answers["POST /workers on b (new url)"] = add_url(url["b"], "http://127.0.0.1:31002")
+        answers["a after POST on b (new url)"] = timeline(url["a"], 20, lambda now: len(now) == 2)
+        delete_url(url["b"], "http://127.0.0.1:31002")
+        answers["a after DELETE on b (new url)"] = timeline(url["a"], 20, lambda now: len(now) == 1)
+        # a stops: what b answers.
+        gateways["a"].send_signal(signal.SIGTERM)
+        stop = time.monotonic()
+        answers["a stop_returncode"] = gateways["a"].wait(60)
+        answers["a stop_seconds"] = round(time.monotonic() - stop, 2)
+        answers["b while a is stopped"] = mesh_status(url["b"])
+        time.sleep(10)
+        answers["b 10 s after a stopped"] = mesh_status(url["b"])
+        # A worker removed on b while a is down; a starts again with b as its peer: what it lists.
+        answers["DELETE /workers/{id} on b while a is stopped"] = delete_url(url["b"], urls[1])
+        timeline(url["b"], 20, lambda now: len(now) == 1)
+        gateways["a"] = start_mesh_gateway(smg, "a", ["127.0.0.1:" + MESH["b"][2]], work)
+        started.append(gateways["a"])
+        start = time.monotonic()
+        while call(url["a"] + "/liveness")[0] != 200:
+            time.sleep(0.1)
+        answers["a live again after_s"] = round(time.monotonic() - start, 2)
+        answers["a after restart (peer b)"] = timeline(url["a"], 20, lambda now: len(now) == 1 and now[0][2])
+        answers["a 20 s after restart"] = mesh_status(url["a"])
+        for name in MESH:
+            gateways[name].send_signal(signal.SIGTERM)
+            gateways[name].wait(60)
+        # --mesh-host 0.0.0.0 without --mesh-advertise-host.
+        log = work / "smg-wildcard.log"
+        argv = [smg, "launch", "--host", "127.0.0.1", "--port", MESH["a"][0], "--enable-mesh",
+                "--mesh-host", "0.0.0.0", "--mesh-port", MESH["a"][2]]  # fmt: skip
+        wildcard = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        started.append(wildcard)
+        try:
+            returncode: int | str = wildcard.wait(15)
+        except subprocess.TimeoutExpired:
+            returncode = "still running after 15 s"
+        text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text())
+        answers["--mesh-host 0.0.0.0 without --mesh-advertise-host"] = {
+            "returncode": returncode,
+            "error": [line for line in text.splitlines() if re.search("advertise|error", line, re.I)][:5],
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "mesh-answers.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+        for name in MESH:
+            text = re.sub(r"\x1b\[[0-9;]*m", "", (work / f"smg-{name}.log").read_text())
+            # Less the lines each gossip round repeats (connected, pinged, merged, no peer to dial).
+            repeated = "Connecting to peer|Successfully connected|Round \\d+ Status|Received Ping|from Ping"
+            repeated += "|No peer addr|Alive }$"
+            lines = [
+                line
+                for line in text.splitlines()
+                if re.search("mesh|peer|gossip|sync|cluster", line, re.I) and not re.search(repeated, line)
+            ]
+            (out / f"mesh-log-{name}.txt").write_text("\n".join(lines) + "\n")
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def record_mesh_tls(smg: str, out: Path) -> None:
+    """Two mesh gateways over TLS (--mesh-tls-*) on loopback, each with a certificate of scripts/test_ca.py's
+    throw-away CA (SAN 127.0.0.1), and a third one without TLS that names the first as its peer: whether
+    workers registered on one appear on the others; with a certificate for serverAuth only (`server-auth`),
+    then for serverAuth and clientAuth (`server-and-client-auth`)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import test_ca  # the recorder's own helper, not the product's
+
+    answers: dict[str, Any] = {}
+    logs: dict[str, list[str]] = {}
+    for name, usages in (("server-auth", test_ca.USAGES[:1]), ("server-and-client-auth", test_ca.USAGES)):
+        logs = {
+            gateway: [*lines, f"# {name}"] for gateway, lines in (logs or {"a": [], "b": [], "c": []}).items()
+        }
+        answers[name] = mesh_tls_case(smg, partial(test_ca.make, names=["127.0.0.1"], usages=usages), logs)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mesh-tls-answers.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+    for name, lines in logs.items():
+        (out / f"mesh-tls-log-{name}.txt").write_text("\n".join(lines) + "\n")
+
+
+def mesh_tls_case(smg: str, make_tls: Any, logs: dict[str, list[str]]) -> dict[str, Any]:
+    """One case of record_mesh_tls: its answers (each gateway's log lines about TLS and peers: to `logs`)."""
+    started: list[subprocess.Popen[Any]] = []
+    try:
+        work, urls, _ = start_workers(started)
+        make_tls(work / "tls")
+        files = {"ca-cert": "ca.pem", "cert": "server.pem", "key": "server.key"}
+        tls = [
+            word for flag, file in files.items() for word in (f"--mesh-tls-{flag}", str(work / "tls" / file))
+        ]
+        peer = "127.0.0.1:" + MESH["a"][2]
+        argvs = {"a": mesh_argv(smg, "a", []) + tls, "b": mesh_argv(smg, "b", [peer]) + tls}
+        argvs["c"] = mesh_argv(smg, "c", [peer])
+        url = {name: "http://127.0.0.1:" + PORTS[name][0] for name in argvs}
+        for name, argv in argvs.items():
+            log = (work / f"smg-{name}.log").open("a")
+            started.append(subprocess.Popen(argv, stdout=log, stderr=log))
+        for name in argvs:
+            while call(url[name] + "/liveness")[0] != 200 and started[-1].poll() is None:
+                time.sleep(0.1)
+        answers: dict[str, Any] = {
+            "argv " + name: [re.sub(r"/tmp/record-smg-\w+", "<work>", word) for word in argv[1:]]
+            for name, argv in argvs.items()
+        }
+        answers["POST /workers on a"] = add_url(url["a"], urls[0])
+        answers["b after POST on a"] = timeline(url["b"], 20, lambda now: len(now) == 1 and now[0][2])
+        answers["c after POST on a"] = timeline(url["c"], 20, lambda now: len(now) == 1)
+        answers["POST /workers on c"] = add_url(url["c"], urls[1])
+        answers["a after POST on c"] = timeline(url["a"], 20, lambda now: len(now) == 2)
+        answers["chat"] = {name: mesh_status(url[name]) for name in argvs}
+        for process in started[-3:]:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
+        for name in argvs:
+            text = re.sub(r"\x1b\[[0-9;]*m", "", (work / f"smg-{name}.log").read_text())
+            pattern = "tls|certificate|handshake|mesh server|failed to connect|error connecting|mesh-synced"
+            lines = [line[20:] for line in text.splitlines() if re.search(pattern, line, re.I)]
+            logs.setdefault(name, []).extend(sorted(set(lines), key=lines.index)[:12])
+        return answers
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def record_mesh_names(smg: str, out: Path) -> None:
+    """Whether smg's mesh takes host names: `--mesh-advertise-host localhost`, `--mesh-peer-urls
+    localhost:<port>` (each: its exit status and error), and a mesh over TLS between IP addresses with a
+    certificate that names `localhost` alone (DNS), no IP (whether a worker registered on one gateway appears
+    on the other)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import test_ca  # the recorder's own helper, not the product's
+
+    started: list[subprocess.Popen[Any]] = []
+    answers: dict[str, Any] = {}
+    try:
+        work, urls, _ = start_workers(started)
+        wildcard = ["--mesh-host", "0.0.0.0", "--mesh-advertise-host"]
+        for case, argv in (
+            ("--mesh-advertise-host localhost", [*mesh_argv(smg, "a", []), *wildcard, "localhost"]),
+            ("--mesh-peer-urls localhost:31527", mesh_argv(smg, "b", ["localhost:" + MESH["a"][2]])),
+        ):
+            log = work / "smg-name.log"
+            ended = subprocess.run(
+                argv, stdout=log.open("w"), stderr=subprocess.STDOUT, timeout=30, check=False
+            )
+            text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text())
+            errors = [line for line in text.splitlines() if line.startswith(("Error", "ValueError"))]
+            answers[case] = {"returncode": ended.returncode, "error": errors}
+        test_ca.make(work / "tls", ["localhost"])
+        files = {"ca-cert": "ca.pem", "cert": "server.pem", "key": "server.key"}
+        tls = [
+            word for flag, file in files.items() for word in (f"--mesh-tls-{flag}", str(work / "tls" / file))
+        ]
+        argvs = {
+            "a": mesh_argv(smg, "a", []) + tls,
+            "b": mesh_argv(smg, "b", ["127.0.0.1:" + MESH["a"][2]]) + tls,
+        }
+        for name, argv in argvs.items():
+            log_file = (work / f"smg-{name}.log").open("w")
+            started.append(subprocess.Popen(argv, stdout=log_file, stderr=log_file))
+        url = {name: "http://127.0.0.1:" + MESH[name][0] for name in argvs}
+        for name in argvs:
+            while call(url[name] + "/liveness")[0] != 200:
+                time.sleep(0.1)
+        answer = add_url(url["a"], urls[0])
+        answers["certificate for DNS:localhost, peers by IP"] = {
+            "POST /workers on a": answer["status"],
+            "b after POST on a": timeline(url["b"], 20, lambda now: len(now) == 1),
+        }
+        for name in argvs:
+            started[-1 if name == "b" else -2].kill()
+        # IPv6: both on ::1, b dialling a at "[::1]:<port>" (no TLS).
+        for name in argvs:
+            argv = mesh_argv(smg, name, ["[::1]:" + MESH["a"][2]] if name == "b" else [])
+            argv[argv.index("--mesh-host") + 1] = "::1"
+            log_file = (work / f"smg-{name}-v6.log").open("w")
+            started.append(subprocess.Popen(argv, stdout=log_file, stderr=log_file))
+        for name in argvs:
+            while call(url[name] + "/liveness")[0] != 200 and started[-1].poll() is None:
+                time.sleep(0.1)
+        answers["IPv6: --mesh-host ::1, --mesh-peer-urls [::1]:31527"] = {
+            "POST /workers on a": add_url(url["a"], urls[0])["status"],
+            "b after POST on a": timeline(url["b"], 20, lambda now: len(now) == 1 and now[0][2]),
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "mesh-names-answers.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "policy":
+    if sys.argv[1] == "mesh-names":
+        record_mesh_names(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "mesh-tls":
+        record_mesh_tls(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "mesh":
+        record_mesh(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "policy":
         record_policy(Path(sys.argv[2]), dict(arg.split("=", 1) for arg in sys.argv[3:]))
     else:
         record(sys.argv[1], Path(sys.argv[2]))

@@ -5,12 +5,15 @@ Measures, on b200 behind its router with a bounded load of 4 clients:
 - how long after a server crashes at start the deploy fails (fail-fast latency),
 - how long a rolling restart of all seven workers takes, and how many client requests failed meanwhile;
 and, with the sandbox on its network (inventory/sandbox-on-network.yml), a rolling restart of all eight instances of
-both hosts under load through the fleet gateway on ct129: failed requests and the most workers out of rotation at once.
+both hosts under load through the fleet gateway on ct129: failed requests and the most workers out of rotation at once;
+then the same with two fleet gateways in a mesh, one stopped under load, for a client that retries on the other
+(`python tests/bench/bench_rollout.py mesh` runs that piece alone).
 """
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -105,6 +108,52 @@ def rolling_restart_through_the_gateway() -> dict[str, Any]:
     }
 
 
+def container_address(host: str) -> str:
+    """A sandbox host's IP address on the sandbox's network (smg's mesh dials IP addresses only)."""
+    inspect = ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", host]
+    return subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.split()[0]
+
+
+def rolling_restart_with_a_mesh_gateway_stopped() -> dict[str, Any]:
+    """Issue 39: both hosts on the sandbox's network, each running a fleet gateway, the two in a mesh (over TLS, each
+    dialled at its container's IP address); load from ct129 through both gateways by a client that retries on the
+    other; b200's gateway stopped under that load, then every instance restarted (a changed environment) - the deploy
+    starts b200's gateway again after the rollouts; then the sandbox back on loopback."""
+    addresses = {host: container_address(host) for host in ("ct129", "b200")}
+    sandbox_test_ca(*addresses.values())
+    on_network = yaml.safe_load((ROOT / "inventory/sandbox-on-network.yml").read_text())
+    mesh = {**on_network, "sglang_gateway_hosts": ["ct129", "b200"]}
+    host_vars = {host: {"sglang_gateway_mesh_host": address} for host, address in addresses.items()}
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            inventory = overlay_inventory(Path(directory), host_vars=host_vars)
+            placed = run_playbook("deploy.yml", inventory=inventory, extravars=mesh)
+            if placed.rc != 0:
+                raise RuntimeError(placed.failure_messages())
+            print(f"two mesh gateways deployed (changed {placed.changed_count()}): {addresses}", file=sys.stderr)
+            both = f"{GATEWAY},https://b200:30200"
+            with load_through_router(both, host="ct129", keys_file=GATEWAY_KEYS) as report:
+                time.sleep(3)
+                on_host("b200", "systemctl", "stop", "sglang-gateway.service")
+                stopped = time.monotonic()
+                print("b200's gateway stopped under load; the rolling restart starts", file=sys.stderr)
+                run = run_playbook(
+                    "deploy.yml", inventory=inventory, extravars={**mesh, "sglang_environment": {"SGLANG_FLEET_BENCH": "2"}}
+                )
+                after = time.monotonic() - stopped
+            if run.rc != 0:
+                raise RuntimeError(run.failure_messages())
+    finally:
+        run_playbook("deploy.yml")
+    rolls = [roll_task(run, host) for host in ("ct129", "b200")]
+    return {
+        "duration": sum(duration for _, duration in rolls),
+        "instances": sum(len(result["restarted"]) for result, _ in rolls),
+        "deploy_after_stop": after,
+        **report,
+    }
+
+
 def crash_to_failure() -> float:
     started = time.time()
     with tempfile.TemporaryDirectory() as directory:
@@ -162,6 +211,7 @@ def main() -> int:
     crash = [crash_to_failure() for _ in range(3)]
     settled, redeploys, setups = noop_redeploy()
     fleet = rolling_restart_through_the_gateway()
+    mesh = rolling_restart_with_a_mesh_gateway_stopped()
     noticing = first["noticing"] + back["noticing"]
     workers = first["instances"]
     print(f"sglang-fleet rollout benchmark (sandbox b200: {workers} simulator workers behind sglang-router, 4 clients)")
@@ -184,6 +234,11 @@ def main() -> int:
         f"{out_of_rotation(fleet)} worker(s) out of rotation at most"
     )
     print(
+        f"  rolling restart, two mesh gateways (ct129 + b200), b200's stopped under load: {mesh['duration']:.1f} s "
+        f"for {mesh['instances']} instances, {mesh['failed']} of {mesh['requests']} requests failed for a client that "
+        f"retries on the other gateway ({mesh['retried']} retried; failed attempts by gateway: {mesh['failed_by_router']})"
+    )
+    print(
         f"  no-op redeploy (2 hosts, changed=0 in each run; the settling deploy before changed {settled}) "
         f"{figures(redeploys)}; "
         f"ansible -m setup on the same hosts {figures(setups)}; "
@@ -193,4 +248,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["mesh"]:  # that piece alone (issue 39)
+        print(rolling_restart_with_a_mesh_gateway_stopped())
+        sys.exit(0)
     sys.exit(main())

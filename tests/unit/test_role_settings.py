@@ -147,6 +147,7 @@ def test_the_role_s_processes_are_those_its_templates_gave() -> None:
         "_sglang_router_gateway_members": members,
         "_sglang_router_gateway_models": ["qwen", "llama"],
         "_sglang_router_tls": {"cert_path": "", "key_path": "", "ca_file": ""},
+        "_sglang_router_mesh": {"args": []},  # one gateway: no mesh (issue 39)
     }
     variables["_sglang_router_by_model"] = True
     variables["_sglang_router_gateway_by_model"] = True
