@@ -20,9 +20,10 @@ readonly LABEL=scale
 readonly REPOSITORY=sglang-fleet-scalehost
 export ANSIBLE_CONFIG=$ROOT/ansible.cfg PATH=$ROOT/.venv/bin:$PATH
 cd "$ROOT"
-# scale01's gateway listens beyond loopback, so it serves https (issue 38): the certificate of a throw-away test CA for
-# inventory/scale's sglang_gateway_tls_*, made here (scripts/test_ca.py keeps it while it covers these names).
-python scripts/test_ca.py build/scale-tls scale01 127.0.0.1 localhost
+# scale01's gateway listens beyond loopback, so it serves https, and so do the instances it reaches on the other hosts
+# (issue 38): the certificate of a throw-away test CA for inventory/scale's sglang_gateway_tls_* and sglang_server_tls_*,
+# naming every scale host (12 at most) and loopback, made here (scripts/test_ca.py keeps it while it covers these names).
+python scripts/test_ca.py build/scale-tls scale{01..12} 127.0.0.1 localhost
 
 containers() { docker ps --all --quiet --filter "label=sglang-fleet=$LABEL"; }
 

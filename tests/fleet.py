@@ -202,15 +202,17 @@ def file_digests(host: str, pattern: str = "/etc/systemd/system/sglang-*.service
     return on_host(host, "sh", "-c", f"sha256sum {pattern} 2>/dev/null || true")
 
 
-def http_status(host: str, url: str) -> int:
-    """HTTP status of a GET made inside the host (0 when nothing answers)."""
+def http_status(host: str, url: str, ca_file: str = "") -> int:
+    """HTTP status of a GET made inside the host (0 when nothing answers); an https URL verified against `ca_file` on
+    the host (by default the instances' CA, SERVER_CA)."""
     script = (
-        "import sys, urllib.request, urllib.error\n"
-        "try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=30).status)\n"
+        "import ssl, sys, urllib.request, urllib.error\n"
+        "tls = ssl.create_default_context(cafile=sys.argv[2]) if sys.argv[1].startswith('https:') else None\n"
+        "try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=30, context=tls).status)\n"
         "except urllib.error.HTTPError as error:\n    print(error.code)\n"
         "except OSError:\n    print(0)\n"
     )
-    return int(on_host(host, "python3", "-c", script, url).strip())
+    return int(on_host(host, "python3", "-c", script, url, ca_file or SERVER_CA).strip())
 
 
 def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
@@ -232,6 +234,8 @@ LOAD_CLIENT = Path(__file__).resolve().parent / "integration/load_client.py"
 # made at run time by scripts/test_ca.py (`make sandbox-prometheus` too), and the CA as every sandbox host keeps it.
 SANDBOX_TLS = ROOT / "build/sandbox-tls"
 SANDBOX_CA = "/usr/local/lib/sglang-fleet/gateway-ca.pem"
+# The same test CA as the instances' CA where they serve https (sglang_server_tls_ca; role sglang_server puts it there).
+SERVER_CA = "/usr/local/lib/sglang-fleet/server-ca.pem"
 
 
 def sandbox_test_ca(*addresses: str) -> Path:
@@ -308,13 +312,16 @@ def registered_workers(host: str = "ct129", url: str = GATEWAY, keys_file: str =
 
 
 def chat_requests(host: str, port: int) -> float:
-    """The chat completions an instance answered (its sglang:http_requests_total), read inside its host."""
-    text = on_host(
-        host,
-        "python3",
-        "-c",
-        f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())",
+    """The chat completions an instance answered (its sglang:http_requests_total), read inside its host: over https,
+    verified with the instances' CA, where deploy installed one (inventory/sandbox-on-network.yml)."""
+    script = (
+        "import os, ssl, sys, urllib.request\n"
+        "tls = os.path.exists(sys.argv[2])\n"
+        "url = ('https' if tls else 'http') + '://127.0.0.1:' + sys.argv[1] + '/metrics'\n"
+        "context = ssl.create_default_context(cafile=sys.argv[2]) if tls else None\n"
+        "print(urllib.request.urlopen(url, context=context).read().decode())\n"
     )
+    text = on_host(host, "python3", "-c", script, str(port), SERVER_CA)
     series = 'sglang:http_requests_total{endpoint="/v1/chat/completions",method="POST"} '
     return sum(float(line[len(series) :]) for line in text.splitlines() if line.startswith(series))
 

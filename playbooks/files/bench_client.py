@@ -15,6 +15,7 @@ and the average speculative accept length the server reports afterwards (null th
 from __future__ import annotations
 
 import json
+import ssl
 import sys
 import threading
 import time
@@ -25,6 +26,8 @@ from typing import Any
 # module_utils/listeners.py, loaded from standard input by main(): every request that carries the key goes through its
 # open_url, which checks the process at the other end of the connection before anything is sent.
 listeners: Any = None
+# The CA file on this host that an instance over https is verified with (sglang_server_tls_ca; "" for the system's).
+CA_FILE = ""
 
 
 class KeyRefused(Exception):
@@ -46,7 +49,8 @@ def call(url: str, path: str, payload: dict[str, Any] | None, key: str) -> Any:
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
         try:
             response = listeners.open_url(
-                url + path, units, 300, method="POST" if data else "GET", data=data, headers=headers, this_host_only=True
+                url + path, units, 300, method="POST" if data else "GET", data=data, headers=headers, this_host_only=True,
+                ca_file=CA_FILE,
             )
         except listeners.ListenerError as refused:
             raise KeyRefused(str(refused)) from None
@@ -54,7 +58,8 @@ def call(url: str, path: str, payload: dict[str, Any] | None, key: str) -> Any:
             return json.loads(response.read())
     request = urllib.request.Request(url + path, data=data)
     request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=300) as response:
+    context = ssl.create_default_context(cafile=CA_FILE or None) if url.startswith("https:") else None
+    with urllib.request.urlopen(request, timeout=300, context=context) as response:
         return json.loads(response.read())
 
 
@@ -109,7 +114,8 @@ def measure(url: str, concurrency: int, requests: int, tokens: int, key: str, mo
 def main() -> None:
     url, concurrencies, requests, tokens = sys.argv[1].rstrip("/"), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     model = sys.argv[5] if len(sys.argv) > 5 else ""
-    global listeners
+    global listeners, CA_FILE
+    CA_FILE = sys.argv[6] if len(sys.argv) > 6 else ""
     key = sys.stdin.readline().strip()
     source = sys.stdin.read()
     listeners = load_listeners(source) if source.strip() else None

@@ -16,7 +16,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import
 NVIDIA_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
-def _router_process(kind: str, spec: Mapping[str, Any], description: str, **members: Any) -> dict[str, Any]:
+def _router_process(kind: str, spec: Mapping[str, Any], description: str, worker_ca: str, **members: Any) -> dict[str, Any]:
     # Over TLS (a fleet gateway with sglang_gateway_tls_cert): smg 1.13.0's --tls-cert-path/--tls-key-path (recorded:
     # tests/recordings/smg-1.13.0-tls), its certificate and key files on the host (`tls_files`, which restart it when
     # they change), and the CA the fleet's clients verify it with (`ca_file`, "" for the system's CAs).
@@ -36,7 +36,9 @@ def _router_process(kind: str, spec: Mapping[str, Any], description: str, **memb
         "argv": [
             "--host", spec["host"], "--port", str(spec["port"]),
             "--prometheus-host", spec["prometheus_host"], "--prometheus-port", str(spec["prometheus_port"]),
-        ] + (["--tls-cert-path", tls[0], "--tls-key-path", tls[1]] if tls else []) + list(spec.get("mesh_args") or []),
+        ] + (["--tls-cert-path", tls[0], "--tls-key-path", tls[1]] if tls else []) + list(spec.get("mesh_args") or [])
+        # Workers over https (sglang_server_tls_cert) verified against their CA (smg's --ca-cert-paths, recorded).
+        + (["--ca-cert-paths", worker_ca] if worker_ca else []),
     }  # fmt: skip
 
 
@@ -46,7 +48,8 @@ def sglang_router_processes(instances: Sequence[Mapping[str, Any]], settings: Ma
     `settings.gateway_members`: every host's instances). Each of `router` and `gateway` gives enabled, unit, url, host,
     port, prometheus_host, prometheus_port, keys_file and workers_file (and optionally tls_cert_path, tls_key_path:
     its certificate and key on the host, and ca_file: the CA its clients verify it with; mesh_args: the gateway's mesh
-    flags, filter sglang_gateway_mesh). `displaced`: the units a new
+    flags, filter sglang_gateway_mesh). `worker_ca`: the CA on the host that workers over https are verified with
+    (sglang_server_tls_ca; "" for none). `displaced`: the units a new
     shape stops first (role sglang_plan: sglang_reshape), drained from every process that routes to them; a process in
     front of more than one model (`gateway_models`: the fleet's) runs sglang-router's multi-model mode (`by_model`)."""
     router, gateway = settings["router"], settings["gateway"]
@@ -56,11 +59,13 @@ def sglang_router_processes(instances: Sequence[Mapping[str, Any]], settings: Ma
     names = [instance["served_model_name"] for instance in served]
     displaced = settings.get("displaced") or []
     members: Mapping[str, Any] = (settings.get("gateway_members") or {}) if gateway["enabled"] else {}
+    worker_ca = str(settings.get("worker_ca") or "")
     return [
         _router_process(
             "router",
             router,
             f"SGLang router on port {router['port']} in front of {len(instances)} instance(s)",
+            worker_ca,
             after=[instance["unit"] for instance in instances],
             by_model=bool(router["enabled"]) and len(unique(names)) > 1,
             workers=urls,
@@ -72,6 +77,7 @@ def sglang_router_processes(instances: Sequence[Mapping[str, Any]], settings: Ma
             "gateway",
             gateway,
             f"SGLang fleet gateway on port {gateway['port']} in front of the fleet's instances",
+            worker_ca,
             after=[],
             by_model=bool(gateway["enabled"]) and len(settings.get("gateway_models") or []) > 1,
             workers=members.get("workers", []),
@@ -253,7 +259,9 @@ def sglang_server_request(instances: Sequence[Mapping[str, Any]], settings: Mapp
                 {"path": settings["helper_dir"], "state": "directory", "mode": "0755"},
                 {"path": secrets_dir, **folder, "owner": "root", "group": group},
             ],
-            "globs": [f"{secrets_dir}/sglang-*.yaml", f"{unit_dir}/sglang-*.service", settings["nvidia_modprobe"]],
+            # The TLS files no longer wanted (no certificate: filter sglang_server_tls's `absent`) are found by name.
+            "globs": [f"{secrets_dir}/sglang-*.yaml", f"{unit_dir}/sglang-*.service", settings["nvidia_modprobe"],
+                      *(settings.get("tls_absent") or [])],
             "units": [*(instance["unit"] for instance in instances), settings["devices_unit"]],
             "unit_properties": list(settings["unit_properties"]),
             "mtimes": [pair[0] for instance in instances for pair in instance["files"]["last_good"]],
@@ -262,6 +270,7 @@ def sglang_server_request(instances: Sequence[Mapping[str, Any]], settings: Mapp
             "instances": list(instances),
             "unit_dir": unit_dir,
             "secrets_dir": secrets_dir,
+            "tls_absent": list(settings.get("tls_absent") or []),
             "devices_unit": settings["devices_unit"],
             "displaced": list(settings["displaced"]),
         },

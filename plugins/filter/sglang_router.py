@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -13,6 +14,7 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_model import sglang_
 from ansible_collections.sglang.fleet.plugins.module_utils.flags import render_flag
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import is_loopback
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
+from ansible_collections.sglang.fleet.plugins.module_utils.tls import SERVER_CA, pem_files, server_tls_paths
 
 
 def sglang_router_flags(extra: dict[str, Any]) -> list[str]:
@@ -142,6 +144,10 @@ def sglang_fleet_models(hostvars: Mapping[str, Any], hosts: Sequence[str]) -> li
     return sorted(names - {""})
 
 
+# The digest a gateway publishes without a client key (sglang_api_key: ""): a keyless gateway sends no key to workers.
+NO_KEY_DIGEST = hashlib.sha256(b"").hexdigest()
+
+
 def sglang_gateway_problems(
     host: str,
     gateways: Sequence[str],
@@ -157,7 +163,9 @@ def sglang_gateway_problems(
     host's rollouts from draining them there: a gateway that is not a server host or not in this run, this host's
     servers on loopback or with another key than the gateway's, a gateway that binds loopback only, a gateway that
     other hosts reach over plain http (their rollouts would send it its admin key across the network in the clear,
-    and its clients their key and prompts: issue 38). In a `mesh` of gateways (issue 39) a gateway's own host too: the
+    and its clients their key and prompts: issue 38), a keyed gateway that reaches this host's instances across the
+    network over plain http (it would send them its client key and the prompts in the clear; an instance with a
+    certificate, sglang_server_tls_cert, is reached over https). In a `mesh` of gateways (issue 39) a gateway's own host too: the
     mesh hands its workers' URLs to the others."""
     found: list[tuple[str, str, Any, str, str]] = []  # where, variable, value, cause, fix
     # The gateway's workers here: not a node of another rank of an instance across hosts, which serves no HTTP.
@@ -201,6 +209,22 @@ def sglang_gateway_problems(
                         "set sglang_listen_host: 0.0.0.0 (or this host's address) with sglang_api_key",
                     )
                 )
+            if published.get("api_key_digest") not in ("", NO_KEY_DIGEST):
+                # A keyed gateway sends its client key, and the clients' prompts, to every worker (issue 38).
+                found += [
+                    (
+                        f"instance {instance.get('name')}",
+                        "sglang_server_tls_cert",
+                        "",
+                        f"the gateway on {gateway} sends its client key and the clients' prompts to this instance across "
+                        f"the network over plain http ({instance['remote_url']})",
+                        "give this host's instances TLS: sglang_server_tls_cert and sglang_server_tls_key (naming "
+                        "sglang_advertise_host), and sglang_server_tls_ca on the gateway's host, or keep them behind this "
+                        "host's own gateway",
+                    )
+                    for instance in instances
+                    if str(instance.get("remote_url") or "").startswith("http://")
+                ]
             if published.get("api_key_digest") != api_key_digest:
                 found.append(
                     (
@@ -333,39 +357,17 @@ def sglang_gateway_tls(host: str, settings: Mapping[str, Any], account: Mapping[
     whether it does (`enabled`), and `problems` (lines naming the host and the variable)."""
     folders = {"cert": account["config_dir"], "key": account["config_dir"], "ca": settings["ca_dir"]}
     paths = {name: f"{str(folders[name]).rstrip('/')}/{file}" for name, file in TLS_FILES.items()}
-    given = {name: str(settings.get(name) or "") for name in TLS_FILES}
-    problems = [
-        problem_line(host, "gateway", f"sglang_gateway_tls_{name}", value, "not an absolute path of a file on the control node",
-                     "give the PEM file's absolute path on the control node")
-        for name, value in given.items()
-        if value and (not value.startswith("/") or any(ord(char) < 32 or ord(char) == 127 for char in value))
-    ]  # fmt: skip
-    if bool(given["cert"]) != bool(given["key"]):
-        missing = "key" if given["cert"] else "cert"
-        problems.append(
-            problem_line(host, "gateway", f"sglang_gateway_tls_{missing}", "", "the gateway's certificate and key go together",
-                         "set both sglang_gateway_tls_cert and sglang_gateway_tls_key, or neither")
-        )  # fmt: skip
-    enabled = bool(settings.get("gateway")) and bool(given["cert"] and given["key"])
-    files: list[dict[str, Any]] = []
-    if enabled:
-        files += [
-            {"src": given["cert"], "dest": paths["cert"], "owner": "root", "group": account["group"], "mode": "0640"},
-            {"src": given["key"], "dest": paths["key"], "owner": "root", "group": account["group"], "mode": "0640",
-             "private": True},
-        ]  # fmt: skip
-    if given["ca"]:
-        files.append({"src": given["ca"], "dest": paths["ca"], "owner": "root", "group": "root", "mode": "0644"})
-    written = {file["dest"] for file in files}
-    return {
-        "enabled": enabled,
-        "files": [] if problems else files,
-        "absent": [path for path in paths.values() if path not in written],
-        "cert_path": paths["cert"] if enabled else "",
-        "key_path": paths["key"] if enabled else "",
-        "ca_file": paths["ca"] if given["ca"] else "",
-        "problems": problems,
-    }
+    return pem_files(host, "gateway", "sglang_gateway_tls", settings, paths, str(account["group"]), bool(settings.get("gateway")))
+
+
+def sglang_server_tls(host: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The instances' TLS on `host` (issue 38, finding 8). `settings`: {cert, key, ca: the control node's PEM files
+    (sglang_server_tls_cert, _key, _ca), secrets_dir: the servers' secrets folder, ca_dir: the helpers' folder, group:
+    the servers' group}. As sglang_gateway_tls returns: the certificate and key root:<servers' group> 0640 in the
+    secrets folder (what SGLang's --ssl-certfile and --ssl-keyfile name, module_utils/instances.py), the CA root 0644
+    in the helpers' folder (what the host's clients and routers verify the instances with)."""
+    paths = {**server_tls_paths(str(settings["secrets_dir"])), "ca": f"{str(settings['ca_dir']).rstrip('/')}/{SERVER_CA}"}
+    return pem_files(host, "host", "sglang_server_tls", settings, paths, str(settings["group"]))
 
 
 WILDCARDS = ("0.0.0.0", "::")
@@ -557,6 +559,7 @@ class FilterModule:
             "sglang_gateway_problems": sglang_gateway_problems,
             "sglang_gateway_routes": sglang_gateway_routes,
             "sglang_gateway_tls": sglang_gateway_tls,
+            "sglang_server_tls": sglang_server_tls,
             "sglang_gateway_mesh": sglang_gateway_mesh,
             "sglang_fleet_models": sglang_fleet_models,
             "sglang_router_process_files": sglang_router_process_files,

@@ -17,6 +17,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.server_settings impor
     truthy,
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.sglang_support import Support, secret_flag
+from ansible_collections.sglang.fleet.plugins.module_utils.tls import server_tls_paths, serves_tls
 
 
 def _positive_int(problems: HostProblems, variable: str, value: Any, minimum: int = 1) -> int | None:
@@ -81,6 +82,9 @@ class Common:
     served_name: str
     listen_host: str
     has_key: bool
+    # The instances' certificate and key on the host ({cert, key}: SGLang's --ssl-certfile, --ssl-keyfile), {} for
+    # plain http.
+    tls: Mapping[str, str]
 
 
 def shape(problems: HostProblems, settings: Mapping[str, Any], gpu_ids: Sequence[int]) -> Shape | None:
@@ -140,7 +144,9 @@ def common(problems: HostProblems, settings: Mapping[str, Any], support: Support
             "servers reachable beyond this host need an API key",
             "set sglang_api_key (from ansible-vault) or keep 127.0.0.1 and put the router in front",
         )
-    return Common(base_args, model_path, served_name, listen_host, has_key)
+    serves = serves_tls(settings.get("tls_cert"), settings.get("tls_key"))
+    tls = server_tls_paths(str(settings.get("secrets_dir") or "")) if serves else {}
+    return Common(base_args, model_path, served_name, listen_host, has_key, tls)
 
 
 def instance_argv(settings: Mapping[str, Any], form: Shape, host: Common, index: int, flags: Mapping[str, Any]) -> list[str]:
@@ -214,6 +220,9 @@ def derive_instance(
         str(settings.get("secrets_dir") or ""),
         host.has_key,
     )
+    # With a certificate (sglang_server_tls_cert, _key) SGLang serves only https on its port (uvicorn's TLS).
+    if host.tls:
+        argv += ["--ssl-certfile", host.tls["cert"], "--ssl-keyfile", host.tls["key"]]
     # The API key reaches SGLang through a root-only YAML file the unit names last: this argv is exactly what the unit
     # runs and what preflight's parser check parses.
     if files["secret"]:
@@ -227,9 +236,12 @@ def derive_instance(
         "nccl_port": form.nccl_base + index,
         "gpu_ids": gpus,
         "gpu_uuids": [uuids[gpu] for gpu in gpus if gpu in uuids],
-        "url": connect_url(host.listen_host, port),
+        "url": connect_url(host.listen_host, port, bool(host.tls)),
         # How a gateway on another host reaches it ("" on loopback).
-        "remote_url": remote_url(host.listen_host, str(settings.get("advertise_host") or settings["host"]), port),
+        "remote_url": remote_url(host.listen_host, str(settings.get("advertise_host") or settings["host"]), port, bool(host.tls)),
+        # The files SGLang reads as it parses its command line (its TLS certificate and key): preflight's parser check
+        # parses with stand-ins where the deploy has not written them yet.
+        "tls_files": [host.tls["cert"], host.tls["key"]] if host.tls else [],
         "model_path": host.model_path,
         "served_model_name": host.served_name,
         "tensor_parallel_size": form.tensor,

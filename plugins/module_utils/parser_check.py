@@ -12,9 +12,14 @@ from ansible_collections.sglang.fleet.plugins.module_utils.problems import HostP
 
 
 def checked_command_lines(instances: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """What preflight's parser check reads: each instance's exact argv, and the config file it may stand in for."""
+    """What preflight's parser check reads: each instance's exact argv, the config file it may stand in for, and the
+    files SGLang only checks exist while parsing (its TLS certificate and key), stood in for too."""
     return {
-        str(instance["name"]): {"argv": list(instance["argv"]), "stand_in_config": instance.get("config_file")}
+        str(instance["name"]): {
+            "argv": list(instance["argv"]),
+            "stand_in_config": instance.get("config_file"),
+            "stand_in_files": list(instance.get("tls_files") or []),
+        }
         for instance in instances
     }
 

@@ -146,7 +146,8 @@ def sglang_server(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Dec
     units no planned instance has (`unwanted_keys`, `unplanned_units`), whether the device-node unit runs, and the
     instances' units (server_units); `configure` when any file, account or unit needs it; `to_check`, the instances
     this deploy would start or restart (preflight checks CUDA in their sandbox). Settings: instances, unit_dir,
-    secrets_dir, devices_unit, displaced (units a new shape stops first)."""
+    secrets_dir, tls_absent (the TLS files not wanted: removed with the unwanted keys), devices_unit, displaced (units a
+    new shape stops first)."""
     instances: Sequence[Mapping[str, Any]] = settings.get("instances") or []
     read = answer.get("read") or {}
     found: Mapping[str, list[str]] = read.get("found") or {}
@@ -158,9 +159,15 @@ def sglang_server(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Dec
     ]
     keys = [instance["files"]["secret"] for instance in instances if instance["files"].get("secret")]
     unwanted_keys = unique(
-        path
-        for path in found.get(f"{settings['secrets_dir']}/sglang-*.yaml", [])
-        if re.match(r".*/sglang-\d+\.yaml$", path) and path not in keys
+        [
+            *(
+                path
+                for path in found.get(f"{settings['secrets_dir']}/sglang-*.yaml", [])
+                if re.match(r".*/sglang-\d+\.yaml$", path) and path not in keys
+            ),
+            # The instances' TLS files without a certificate (or a CA) now (filter sglang_server_tls: `absent`).
+            *(path for absent in settings.get("tls_absent") or [] for path in found.get(absent, [])),
+        ]
     )
     unplanned_units = unique(unit for unit in found_units if unit not in units)
     devices = (read.get("units") or {}).get(settings["devices_unit"]) or {}

@@ -161,10 +161,13 @@ def canary_peers(
     return peers
 
 
-def leaving_instances(unit_paths: Sequence[str], listen_host: str, advertise_host: str) -> list[dict[str, str]]:
+def leaving_instances(
+    unit_paths: Sequence[str], listen_host: str, advertise_host: str, tls: bool = False
+) -> list[dict[str, str]]:
     """The instances a host leaving the fleet runs, from its instance units (sglang-<port>.service; the router's,
     the gateway's and the device-node unit are not instances), each as sglang_rollout takes it: name, unit, the URL
-    its host's router knows it by (url) and the one other hosts' gateways do (remote_url)."""
+    its host's router knows it by (url) and the one other hosts' gateways do (remote_url); https where the instances
+    serve TLS (`tls`: sglang_server_tls_cert)."""
     found = []
     for path in unit_paths:
         match = INSTANCE_UNIT.match(str(path).rsplit("/", 1)[-1])
@@ -174,8 +177,8 @@ def leaving_instances(unit_paths: Sequence[str], listen_host: str, advertise_hos
                 {
                     "name": f"sglang-{port}",
                     "unit": match.group(0),
-                    "url": connect_url(listen_host, port),
-                    "remote_url": remote_url(listen_host, advertise_host, port),
+                    "url": connect_url(listen_host, port, tls),
+                    "remote_url": remote_url(listen_host, advertise_host, port, tls),
                 }
             )
     return sorted(found, key=lambda instance: instance["name"])

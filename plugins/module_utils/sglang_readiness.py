@@ -53,11 +53,11 @@ def death(before: dict[str, str], now: dict[str, str]) -> str | None:
     return None
 
 
-def http_status(url: str, timeout: float = 30.0, ca_data: str = "") -> int | None:
-    """HTTP status of a GET, or None when nothing answers yet (https verified against the CA `ca_data`, PEM text, else
-    the system's CAs)."""
+def http_status(url: str, timeout: float = 30.0, ca_data: str = "", ca_file: str = "") -> int | None:
+    """HTTP status of a GET, or None when nothing answers yet (https verified against the CA `ca_data`, PEM text, or
+    `ca_file`, its path, else the system's CAs)."""
     try:
-        with listeners.open_url(url, (), timeout, ca_data=ca_data) as response:
+        with listeners.open_url(url, (), timeout, ca_data=ca_data, ca_file=ca_file) as response:
             return int(response.status)
     except urllib.error.HTTPError as error:
         return int(error.code)
@@ -114,15 +114,27 @@ def wait(
     return {"ready": ready}
 
 
-def http_json(url: str, payload: dict[str, Any] | None = None, timeout: float = 60.0, api_key: str = "") -> Any:
+def http_json(
+    url: str,
+    payload: dict[str, Any] | None = None,
+    timeout: float = 60.0,
+    api_key: str = "",
+    ca_file: str = "",
+    ca_data: str = "",
+) -> Any:
     """GET (or POST `payload` as JSON) and decode the JSON answer; raises on HTTP errors. With a key, `url` is an
     instance's: the key goes only to that instance's unit on this host (listeners.ListenerError for a port another
-    process holds, or for another host's instance over plain HTTP: the rollout's canary peers on other hosts)."""
+    process holds, or for another host's instance over plain HTTP: the rollout's canary peers on other hosts). An
+    instance over https is verified against the CA (`ca_file`, its path, or `ca_data`, its PEM text; else the system's
+    CAs): the instances' CA, sglang_server_tls_ca."""
     data = json.dumps(payload).encode() if payload is not None else None
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     method = "POST" if data is not None else "GET"
     units = {listeners.instance_unit(url)} if api_key else ()
-    with listeners.open_url(url, units, timeout, method=method, data=data, headers=headers, this_host_only=True) as response:
+    with listeners.open_url(
+        url, units, timeout, method=method, data=data, headers=headers, this_host_only=True, ca_file=ca_file, ca_data=ca_data,
+        variable="sglang_server_tls_cert",
+    ) as response:
         return json.loads(response.read().decode() or "null")

@@ -182,6 +182,12 @@ options:
     description: The servers' API key, which the router's workers expect (never logged).
     type: str
     default: ""
+  ca_file:
+    description:
+      - The CA file (PEM) on this host that instances over TLS (C(https://) URLs, C(sglang_server_tls_cert)) are
+        verified with (C(sglang_server_tls_ca)); empty - the system's CAs.
+    type: str
+    default: ""
 author: sglang-fleet maintainers (@sglang-fleet)
 """
 
@@ -285,7 +291,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils import (
     startup_metrics,
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import utc_seconds
-from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, journal_tail, wait
+from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, http_status, journal_tail, wait
 
 ACCEPT_LENGTH_WAIT = 15.0
 
@@ -302,10 +308,11 @@ class LoadedBack(RolloutError):
         self.instance, self.outcome = instance, outcome
 
 
-def metrics_text(url: str) -> str | None:
-    """The server's Prometheus metrics (None without --enable-metrics, or when it does not answer)."""
+def metrics_text(url: str, ca_file: str = "") -> str | None:
+    """The server's Prometheus metrics (None without --enable-metrics, or when it does not answer); over https verified
+    against `ca_file`."""
     try:
-        with listeners.open_url(f"{url.rstrip('/')}/metrics", (), 10) as response:
+        with listeners.open_url(f"{url.rstrip('/')}/metrics", (), 10, ca_file=ca_file) as response:
             return str(response.read().decode())
     except (urllib.error.URLError, OSError):
         return None
@@ -319,9 +326,9 @@ def metric_sum(text: str | None, name: str) -> float | None:
     return sum(values) if values else None
 
 
-def running_requests(url: str) -> float | None:
+def running_requests(url: str, ca_file: str = "") -> float | None:
     """Requests the server is working on, from its Prometheus metrics (None without --enable-metrics)."""
-    return metric_sum(metrics_text(url), "sglang:num_running_reqs")
+    return metric_sum(metrics_text(url, ca_file), "sglang:num_running_reqs")
 
 
 def settle_files(instance: dict[str, Any]) -> None:
@@ -968,6 +975,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "min_accept_length": {"type": "float", "default": 1.0},
     "journal_lines": {"type": "int", "default": 40},
     "api_key": {"type": "str", "default": "", "no_log": True},
+    "ca_file": {"type": "str", "default": ""},
 }
 
 
@@ -1030,7 +1038,15 @@ def main() -> None:
                 module.warn(f"the gateway at {spec['url']} did not answer: these instances restart without leaving it")
     except (RolloutError, listeners.ListenerError) as error:
         module.fail_json(msg=f"Rollout not started: {error}", changed=False, restarted={}, not_attempted=names)
-    host = Host(get_json=functools.partial(http_json, api_key=params["api_key"]), routers=routers)
+    # The instances over https (sglang_server_tls_cert) verified against their CA on this host (sglang_server_tls_ca).
+    ca_file = params["ca_file"]
+    host = Host(
+        get_json=functools.partial(http_json, api_key=params["api_key"], ca_file=ca_file),
+        wait_ready=functools.partial(wait, status=functools.partial(http_status, ca_file=ca_file)),
+        running=functools.partial(running_requests, ca_file=ca_file),
+        metrics=functools.partial(metrics_text, ca_file=ca_file),
+        routers=routers,
+    )
     if params["leave"]:
         for instance in params["instances"]:
             for router in routers:

@@ -23,6 +23,12 @@ options:
         C(sglang_gateway_tls_ca)); empty - the system's CAs.
     type: path
     default: ""
+  worker_ca_file:
+    description:
+      - The CA file (PEM) on the host that workers over https (C(sglang_server_tls_cert)) are verified with when asked
+        whether they are ready (C(sglang_server_tls_ca)); empty - the system's CAs.
+    type: path
+    default: ""
   workers:
     description: The planned worker URLs (the host's C(sglang_instances) urls).
     type: list
@@ -103,18 +109,21 @@ from typing import Any
 from ansible_collections.sglang.fleet.plugins.module_utils import listeners, safe_write, sglang_router_client
 
 
-def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0) -> str | None:
+def worker_ready(url: str, path: str, api_key: str = "", timeout: float = 30.0, ca_file: str = "") -> str | None:
     """None when the worker answers 200 on `path`, else why not. Another host's worker over plain HTTP (a fleet
     gateway's) is asked without the key, which would cross the network in the clear (SGLang's /health_generate needs
-    none)."""
+    none); a worker over https is verified against `ca_file` (sglang_server_tls_ca; "" for the system's CAs)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         # The workers' key goes only to the instance itself (a squatter on its port while it loads gets nothing).
         units = {listeners.instance_unit(url)} if api_key else ()
         try:
-            response = listeners.open_url(url.rstrip("/") + path, units, timeout, headers=headers, this_host_only=True)
+            response = listeners.open_url(
+                url.rstrip("/") + path, units, timeout, headers=headers, this_host_only=True, ca_file=ca_file,
+                variable="sglang_server_tls_cert",
+            )
         except listeners.PlainHttpRefused:
-            response = listeners.open_url(url.rstrip("/") + path, (), timeout)
+            response = listeners.open_url(url.rstrip("/") + path, (), timeout, ca_file=ca_file)
         with response:
             status = int(response.status)
     except urllib.error.HTTPError as error:
@@ -152,9 +161,10 @@ def reconcile(
     models: Mapping[str, str] | None = None,
     workers_file: str | None = None,
     ca_file: str = "",
+    worker_ca_file: str = "",
 ) -> dict[str, Any]:
     """Brings the router's workers to `planned`; returns changed, added, removed, skipped."""
-    probe = ready or (lambda url: worker_ready(url, ready_path, worker_api_key))
+    probe = ready or (lambda url: worker_ready(url, ready_path, worker_api_key, ca_file=worker_ca_file))
     listed = sglang_router_client.list_workers(router_url, api_key=api_key, ca_file=ca_file)
     models = {sglang_router_client.normalize_url(url): str(model) for url, model in (models or {}).items()}
     changes = sglang_router_client.plan_changes(listed, planned, probe, keep_hosts, models)
@@ -196,6 +206,7 @@ def main() -> None:
             "keep_hosts": {"type": "list", "elements": "str", "default": []},
             "workers_file": {"type": "path"},
             "ca_file": {"type": "path", "default": ""},
+            "worker_ca_file": {"type": "path", "default": ""},
             "models": {"type": "dict", "default": {}},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "worker_api_key": {"type": "str", "default": "", "no_log": True},
@@ -218,6 +229,7 @@ def main() -> None:
             models=params["models"],
             workers_file=params["workers_file"],
             ca_file=params["ca_file"] or "",
+            worker_ca_file=params["worker_ca_file"] or "",
         )
     except sglang_router_client.RouterError as error:
         if module.check_mode and error.status in (None, 401, 403):

@@ -31,6 +31,12 @@ options:
     description: The servers' API key.
     type: str
     default: ""
+  ca_data:
+    description:
+      - The CA (PEM text) that instances over TLS (C(https://) URLs, C(sglang_server_tls_cert)) are verified with
+        (C(sglang_server_tls_ca), read on the control node); empty - the system's CAs.
+    type: str
+    default: ""
 author: sglang-fleet maintainers (@sglang-fleet)
 """
 
@@ -79,8 +85,8 @@ def exposure(unit: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def health(url: str) -> str:
-    code = http_status(f"{url}/health_generate", timeout=30.0)
+def health(url: str, ca_data: str = "") -> str:
+    code = http_status(f"{url}/health_generate", timeout=30.0, ca_data=ca_data)
     return "ready" if code == 200 else ("starting" if code == 503 else f"down ({code or 'no answer'})")
 
 
@@ -96,7 +102,7 @@ def unit_state(unit_name: str, now: float) -> dict[str, Any]:
     }
 
 
-def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, Any]:
+def describe(instance: dict[str, Any], api_key: str, now: float, ca_data: str = "") -> dict[str, Any]:
     state = {
         "name": instance["name"],
         "port": instance["port"],
@@ -105,17 +111,17 @@ def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, An
         "gpus": ",".join(str(gpu) for gpu in instance["gpu_ids"]),
         "model": instance["served_model_name"],
         **unit_state(instance["unit"], now),
-        "health": health(instance["url"]),
+        "health": health(instance["url"], ca_data),
         "version": None,
         "speculative_algorithm": None,
         "accept_length": None,
-        "startup": startup(instance["url"]),
+        "startup": startup(instance["url"], ca_data),
     }
     if not instance.get("serves_http", True):
         # A node of rank other than 0 of an instance across hosts answers /health alone (rank 0 serves the instance).
         return state
     try:
-        info = http_json(f"{instance['url']}/server_info", api_key=api_key, timeout=30.0)
+        info = http_json(f"{instance['url']}/server_info", api_key=api_key, timeout=30.0, ca_data=ca_data)
     except Exception:
         return state
     internal = (info.get("internal_states") or [{}])[0]
@@ -127,11 +133,11 @@ def describe(instance: dict[str, Any], api_key: str, now: float) -> dict[str, An
     return state
 
 
-def startup(url: str) -> dict[str, Any]:
+def startup(url: str, ca_data: str = "") -> dict[str, Any]:
     """SGLang's start-up figures of the running server (module_utils/startup_metrics.py), from /metrics, which needs
     no key; {} without --enable-metrics or when it does not answer."""
     try:
-        with listeners.open_url(f"{url.rstrip('/')}/metrics", (), 10) as response:
+        with listeners.open_url(f"{url.rstrip('/')}/metrics", (), 10, ca_data=ca_data) as response:
             return startup_metrics.startup(response.read().decode())
     except (urllib.error.URLError, OSError, ValueError):
         return {}
@@ -160,13 +166,16 @@ def main() -> None:
             "instances": {"type": "list", "elements": "dict", "required": True},
             "routers": {"type": "list", "elements": "dict", "default": []},
             "api_key": {"type": "str", "default": "", "no_log": True},
+            "ca_data": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     now = time.time()
     module.exit_json(
         changed=False,
-        instances=[describe(instance, module.params["api_key"], now) for instance in module.params["instances"]],
+        instances=[
+            describe(instance, module.params["api_key"], now, module.params["ca_data"]) for instance in module.params["instances"]
+        ],
         routers=[describe_router(router, now) for router in module.params["routers"]],
     )
 

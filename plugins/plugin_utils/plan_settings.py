@@ -55,6 +55,9 @@ OTHER_ROLES = {
     "runtime_environment": ("sglang_venv_runtime_environment", {}),
     "cuda_home": ("cuda_home", "/usr/local/cuda"),
     "allow_model_code": ("sglang_allow_model_code", False),
+    # The instances' certificate and key (role sglang_server): with both, SGLang serves https (module_utils/tls.py).
+    "tls_cert": ("sglang_server_tls_cert", ""),
+    "tls_key": ("sglang_server_tls_key", ""),
 }
 # The server role's text that its preflight renders into check-mode unit and environment files: with a control
 # character in it the plan derives no instances (that role's preflight names the variable), so nothing renders.

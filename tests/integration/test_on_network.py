@@ -21,6 +21,7 @@ from fleet import (
     GATEWAY_KEYS,
     ROOT,
     SANDBOX_CA,
+    SERVER_CA,
     Run,
     chat_requests,
     http_status,
@@ -49,8 +50,10 @@ B200_GROUPS = [
     {"name": "tiny", "instance_count": 5},
     {"name": "qwen27b", "model_path": "/srv/models/Qwen3.6-27B", "served_model_name": OTHER_MODEL},
 ]
-FLEET_WORKERS = {"http://127.0.0.1:30000": MIRROR_MODEL} | {
-    f"http://b200:{30000 + index}": MIRROR_MODEL if index < 5 else OTHER_MODEL for index in range(7)
+# Every instance serves https with the sandbox's test certificate (inventory/sandbox-on-network.yml's
+# sglang_server_tls_*): ct129's gateway reaches its own on loopback, b200's across the network, each verified.
+FLEET_WORKERS = {"https://127.0.0.1:30000": MIRROR_MODEL} | {
+    f"https://b200:{30000 + index}": MIRROR_MODEL if index < 5 else OTHER_MODEL for index in range(7)
 }
 
 
@@ -102,7 +105,8 @@ def keyed(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ke
     assert http_status("b200", "http://127.0.0.1:30003/v1/models") == 200
     assert on_host(STOPPED[0], "systemctl", "is-active", f"{STOPPED[1]}.service").strip() == "active"
     assert on_host("b200", "ls", "/etc/sglang-router") == "router.json\n", "only the router's admin key is left"
-    assert on_host("b200", "ls", "-A", "/etc/sglang-fleet/secrets") == "", "no router file left where the servers read"
+    assert on_host("b200", "ls", "-A", "/etc/sglang-fleet/secrets") == "", "no router or TLS file left there"
+    assert "server-ca.pem" not in on_host("b200", "ls", "/usr/local/lib/sglang-fleet"), "the instances' CA removed too"
     # ct129's gateway is gone with its files: no unit, keys or workers file.
     assert "sglang-gateway" not in on_host("ct129", "ls", "/etc/systemd/system")
     left = "find /etc/sglang-router /etc/sglang-fleet/secrets /var/lib/sglang-router -mindepth 1 2>/dev/null || true"
@@ -157,8 +161,8 @@ def test_api_key_from_vault_protects_the_servers_and_is_never_shown(keyed: Keyed
     assert API_KEY not in journal, "the key reached the journal"
     unit = on_host("b200", "systemctl", "cat", "sglang-30003.service")
     assert "'api_key': '<redacted>'" in journal or "LogFilterPatterns=~api_key" in unit
-    assert http_status("b200", "http://127.0.0.1:30003/v1/models") == 401
-    assert http_status("b200", "http://127.0.0.1:30003/health_generate") == 200
+    assert http_status("b200", "https://127.0.0.1:30003/v1/models") == 401
+    assert http_status("b200", "https://127.0.0.1:30003/health_generate") == 200
     status = run_playbook("playbooks/status.yml", inventory=keyed.inventory, cmdline=keyed.vault)
     assert status.rc == 0 and all(API_KEY not in json.dumps(event) for event in status.events)
     bench = run_playbook(
@@ -240,6 +244,52 @@ def test_the_gateway_serves_tls_that_only_a_client_with_the_fleets_ca_trusts(key
     assert float(exposure.split(": ")[1].split()[0]) <= 3.0, exposure
 
 
+def test_remote_workers_serve_tls_the_gateway_verifies_and_a_client_without_the_ca_is_refused(keyed: Keyed) -> None:
+    """Issue 38, finding 8: b200's instances, which ct129's keyed gateway reaches across the network, serve only https
+    (SGLang's --ssl-certfile/--ssl-keyfile, the sandbox's test certificate installed root:sglang 0640); the gateway
+    registers them by https URL and verifies them with the instances' CA (smg's --ca-cert-paths), so requests through
+    it reach them; a client on another host with that CA is served, one without it is refused before it sends
+    anything, and plain http gets no HTTP answer."""
+    assert keyed.deployed.rc == 0, keyed.deployed.failure_messages()
+    workers = registered_workers()
+    assert {url for url in workers if "b200" in url} == {f"https://b200:{30000 + index}" for index in range(7)}
+    assert all(healthy for _model, healthy in workers.values()), workers
+    gateway_unit = on_host("ct129", "systemctl", "cat", "sglang-gateway.service")
+    assert f"--ca-cert-paths {SERVER_CA}" in gateway_unit
+    instance_unit = on_host("b200", "systemctl", "cat", "sglang-30005.service")
+    assert "--ssl-certfile /etc/sglang-fleet/secrets/server-tls.pem" in instance_unit
+    assert "--ssl-keyfile /etc/sglang-fleet/secrets/server-tls.key" in instance_unit
+    listing = on_host("b200", "stat", "--format=%n %a %U %G", "/etc/sglang-fleet/secrets/server-tls.key", SERVER_CA)
+    assert listing.split("\n")[:2] == ["/etc/sglang-fleet/secrets/server-tls.key 640 root sglang", f"{SERVER_CA} 644 root root"]
+    # Through the gateway: the other model's workers are b200's only, so each answer crossed the network over https.
+    other = [("b200", 30005), ("b200", 30006)]
+    before = sum(chat_requests(*worker) for worker in other)
+    script = (
+        "import json, ssl, sys, urllib.request\n"
+        "key = json.load(open(sys.argv[2]))['api_key']\n"
+        "body = json.dumps({'model': sys.argv[3], 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 4})\n"
+        "request = urllib.request.Request(sys.argv[1] + '/v1/chat/completions', data=body.encode(),\n"
+        "    headers={'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'})\n"
+        f"print(urllib.request.urlopen(request, timeout=30, context=ssl.create_default_context(cafile={SANDBOX_CA!r})).status)\n"
+    )
+    answers = [on_host("ct129", "python3", "-c", script, GATEWAY, GATEWAY_KEYS, OTHER_MODEL).strip() for _ in range(3)]
+    assert answers == ["200"] * 3
+    assert sum(chat_requests(*worker) for worker in other) - before == 3
+    # A client on ct129 of b200's worker itself: with the instances' CA, without it, and over plain http.
+    probe = (
+        "import ssl, sys, urllib.request\n"
+        "tls = ssl.create_default_context(cafile=sys.argv[2] or None) if sys.argv[1].startswith('https:') else None\n"
+        "try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=30, context=tls).status)\n"
+        "except Exception as error:\n    print(type(error).__name__, error)\n"
+    )
+    assert on_host("ct129", "python3", "-c", probe, "https://b200:30005/health", SERVER_CA).strip() == "200"
+    refused = on_host("ct129", "python3", "-c", probe, "https://b200:30005/health", "").strip()
+    assert refused.startswith("URLError") and "CERTIFICATE_VERIFY_FAILED" in refused, refused
+    plain = on_host("ct129", "python3", "-c", probe, "http://b200:30005/health", "").strip()
+    assert not plain.startswith("200"), plain
+    assert "PRIVATE KEY" not in json.dumps(keyed.deployed.events), "the instances' key shows in the deploy's output"
+
+
 def changes_said(run: Run) -> dict[str, str]:
     """What a deploy said it changes on each host (by host)."""
     said = [data for data in run.results() if data["task"] == "Say what this deploy changes on each host"]
@@ -264,7 +314,7 @@ def test_a_worker_missing_from_the_gateway_comes_back_while_its_converged_host_e
     }
     removal = (
         f"\nimport json\nkey = json.load(open({GATEWAY_KEYS!r}))['admin_key']"
-        f"\nprint(remove_worker({GATEWAY!r}, 'http://b200:30004', api_key=key, ca_file={SANDBOX_CA!r}))\n"
+        f"\nprint(remove_worker({GATEWAY!r}, 'https://b200:30004', api_key=key, ca_file={SANDBOX_CA!r}))\n"
     )
     assert on_host_with_router_client("ct129", removal).strip() == "True"
     said = deploy_says()
@@ -367,21 +417,21 @@ def test_prometheus_on_the_sandbox_network_scrapes_every_target_and_fires_when_a
         extravars={"sglang_prometheus_dir": str(tmp_path), **FAST_ALERTS},
     )
     assert started.rc == 0, started.failure_messages()
-    # Every target the written files list, by host name on the sandbox's network: 8 instances, b200's router and ct129's
-    # fleet gateway. No
-    # credentials: /metrics needs no API key.
+    # Every target the written files list, by host name on the sandbox's network: 8 instances (over https, verified
+    # with the instances' CA the playbook copies beside its configuration), b200's router and ct129's fleet gateway
+    # (their exporters plain http on their own addresses). No credentials: /metrics needs no API key.
     listed = {
-        f"http://{address}/metrics"
+        f"{group['labels'].get('__scheme__', 'http')}://{address}/metrics"
         for path in sorted(tmp_path.glob("sglang-targets-*.json"))
         for group in json.loads(path.read_text())
         for address in group["targets"]
     }
-    assert listed == {"http://ct129:30000/metrics", "http://ct129:29200/metrics", "http://b200:29000/metrics"} | {
-        f"http://b200:{30000 + index}/metrics" for index in range(7)
+    assert listed == {"https://ct129:30000/metrics", "http://ct129:29200/metrics", "http://b200:29000/metrics"} | {
+        f"https://b200:{30000 + index}/metrics" for index in range(7)
     }
     assert wait_until(lambda: targets() == dict.fromkeys(listed, "up"), 30), targets()
     assert alerts() == []
     on_host(STOPPED[0], "systemctl", "stop", f"{STOPPED[1]}.service")
     assert wait_until(lambda: ("SGLangInstanceDown", *STOPPED) in alerts(), 30), alerts()
-    assert targets()[f"http://{STOPPED[0]}:30002/metrics"] == "down"
+    assert targets()[f"https://{STOPPED[0]}:30002/metrics"] == "down"
     assert [alert for alert in alerts() if alert[0] == "SGLangInstanceDown"] == [("SGLangInstanceDown", *STOPPED)]

@@ -26,7 +26,8 @@ def instance(port: int, remote: str = "") -> dict[str, Any]:
         "name": f"sglang-{port}",
         "unit": f"sglang-{port}.service",
         "url": f"http://127.0.0.1:{port}",
-        "remote_url": remote and f"http://{remote}:{port}",
+        # Another host's instance serves https (sglang_server_tls_cert): a keyed gateway reaches it over TLS only.
+        "remote_url": remote and f"https://{remote}:{port}",
         "served_model_name": "qwen",
     }
 
@@ -93,7 +94,7 @@ def test_the_gateway_reaches_a_host_on_ipv6_at_its_bracketed_address(hostvars: d
 def test_the_gateway_knows_its_own_instances_by_loopback_and_others_by_their_remote_url(hostvars: dict[str, Any]) -> None:
     hostvars["b200"]["sglang_router"] = {"gateways": sglang_gateway_routes(hostvars, "b200", ["ct129"])}
     members = sglang_gateway_members(hostvars, ["ct129", "b200"], "ct129", ["ct129", "b200"])
-    urls = ["http://127.0.0.1:30000", "http://b200:30000", "http://b200:30001"]
+    urls = ["http://127.0.0.1:30000", "https://b200:30000", "https://b200:30001"]
     assert members == {"workers": urls, "models": dict.fromkeys(urls, "qwen"), "keep": [], "displaced": []}
     # b200's new shape stops its second instance first (drained from the gateway): the gateway registers it again.
     hostvars["b200"]["sglang_reshape"] = {"displaced": ["sglang-30001.service"]}
@@ -233,7 +234,7 @@ def test_the_gateways_certificate_and_key_are_the_routers_account_to_read_and_th
 
 def test_the_tls_variables_problems_name_host_and_variable() -> None:
     [half] = sglang_gateway_tls("ct129", tls_settings(True, "/c/gw.pem", "", ""), ACCOUNT)["problems"]
-    assert half.startswith('ct129 gateway: sglang_gateway_tls_key="": the gateway\'s certificate and key go together')
+    assert half.startswith('ct129 gateway: sglang_gateway_tls_key="": the certificate and its key go together')
     bad = sglang_gateway_tls("ct129", tls_settings(True, "gw.pem", "/c/gw\n.key", ""), ACCOUNT)
     assert [line.split(":")[1].split("=")[0].strip() for line in bad["problems"]] == [
         "sglang_gateway_tls_cert",

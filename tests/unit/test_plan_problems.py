@@ -395,7 +395,11 @@ def test_the_checked_argv_is_the_units_argv_with_the_key_file(plan: Plan) -> Non
     assert all(i["argv"][-2:] == ["--config", f"/etc/sglang-fleet/secrets/{i['name']}.yaml"] for i in instances)
     assert sum(word == "--config" for word in instances[0]["argv"]) == 1
     checked = checked_command_lines(instances)
-    assert checked["sglang-30000"] == {"argv": instances[0]["argv"], "stand_in_config": instances[0]["config_file"]}
+    assert checked["sglang-30000"] == {
+        "argv": instances[0]["argv"],
+        "stand_in_config": instances[0]["config_file"],
+        "stand_in_files": [],
+    }
     assert plan("b200")["instances"][0]["config_file"] is None and "--config" not in plan("b200")["instances"][0]["argv"]
 
 

@@ -20,7 +20,7 @@ PUBLISHED = {
     "cuda": {"cuda_environment": {"CUDA_HOME", "PATH", "LD_LIBRARY_PATH"}},
     "sglang_venv": {"sglang_runtime": {"python", "module", "cuda_check", "environment", "installed"}},
     "sglang_server": {
-        "sglang_service": {"user", "group", "home", "config_dir", "helper_dir", "secrets_dir", "sandbox", "environment"}
+        "sglang_service": {"user", "group", "home", "config_dir", "helper_dir", "secrets_dir", "tls_ca", "sandbox", "environment"}
     },
     "sglang_router": {"sglang_router": {"url", "keys_file", "admin_key", "gateways"}},
 }

@@ -273,8 +273,10 @@ def test_the_server_request_is_the_structure_it_replaced(problems: list[str]) ->
         "helper_dir": variables["_sglang_server_helper_dir"], "secrets_dir": variables["sglang_server_secrets_dir"],
         "unit_dir": variables["sglang_server_unit_dir"], "nvidia_modprobe": variables["sglang_server_nvidia_modprobe"],
         "devices_unit": variables["_sglang_server_devices_unit"], "unit_properties": variables["_sglang_server_unit_properties"],
-        "displaced": ["sglang-30001.service"],
+        "displaced": ["sglang-30001.service"], "tls_absent": [],
     }  # fmt: skip
+    # Since the structure: the instances' TLS files no longer wanted (none here), removed with the unwanted keys.
+    before["decide"]["tls_absent"] = []
     assert sglang_server_request(INSTANCES, settings) == before
     assert (before["instances"] == []) == bool(problems)
     # The role's task passes every one of these settings, each from the variable the structure read.

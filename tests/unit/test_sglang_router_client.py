@@ -366,3 +366,24 @@ def test_no_key_goes_to_another_hosts_gateway_over_plain_http(router: FakeRouter
     assert f"{router.url}/workers is another host's, over plain HTTP: no key was sent" in str(refused.value)
     assert "sglang_gateway_tls_cert and sglang_gateway_tls_key on the gateway's host" in str(refused.value)
     assert router.calls == []
+
+
+def test_an_instance_over_https_is_probed_with_its_ca_and_refused_without_it(tls_router: FakeRouter, test_ca: Path) -> None:
+    """Remote workers over TLS (sglang_server_tls_cert): the rollout's readiness wait and reads, status and the router's
+    reconcile verify an instance against its CA (sglang_server_tls_ca) and get nothing from one they cannot verify.
+    The fake's GET /workers stands in for an instance's keyless path."""
+    from ansible_collections.sglang.fleet.plugins.module_utils.sglang_readiness import http_json, http_status
+    from ansible_collections.sglang.fleet.plugins.modules.sglang_router_members import worker_ready
+
+    ca = str(test_ca / "ca.pem")
+    url = f"{tls_router.url}/workers"
+    assert http_status(url, timeout=5, ca_file=ca) == 200
+    assert http_status(url, timeout=5, ca_data=(test_ca / "ca.pem").read_text()) == 200
+    assert http_json(url, timeout=5, ca_file=ca)["workers"] == []
+    assert worker_ready(tls_router.url, "/workers", ca_file=ca) is None
+    answered = len(tls_router.calls)
+    assert http_status(url, timeout=5) is None, "not verified: no answer taken"
+    assert "CERTIFICATE_VERIFY_FAILED" in str(worker_ready(tls_router.url, "/workers"))
+    with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+        http_json(url, timeout=5)
+    assert len(tls_router.calls) == answered, "a request reached an instance the client could not verify"

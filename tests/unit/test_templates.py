@@ -271,7 +271,8 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     writer_name = "sglang.fleet.sglang_instance_files"
     # The server's helpers are written with its instance files, by one task; the router's launcher with its unit.
     [writer] = [task[writer_name] for task in server_tasks if writer_name in task]
-    assert writer["files"] == "{{ _sglang_server_helper_files }}"
+    assert writer["files"] == "{{ _sglang_server_files }}"
+    assert server_vars["_sglang_server_files"] == "{{ _sglang_server_helper_files + _sglang_server_tls.files }}"
     [router_writer] = [task[writer_name] for task in router_tasks if writer_name in task and not task.get("check_mode")]
     # What deploy's probe compared (the request of the router's preflight, with the launcher files) is what is written.
     assert router_writer["files"] == "{{ sglang_router_probe.files }}"
@@ -472,6 +473,10 @@ def test_every_server_text_variable_a_template_renders_is_checked_for_control_ch
     tasks = yaml.safe_load((SERVER / "tasks/checks.yml").read_text())
     (task,) = [task for task in tasks if "sglang_server_text_variables" in task.get("vars", {})]
     checked = set(task["vars"]["sglang_server_text_variables"])
+    # The instances' TLS files are control-node paths the filter sglang_server_tls checks (module_utils/tls.py:
+    # given_path, tests/unit/test_server_tls.py); no unit line renders them, only the installed paths.
+    checked |= {"sglang_server_tls_cert", "sglang_server_tls_key", "sglang_server_tls_ca"}
+    assert "_sglang_server_tls.problems" in task["ansible.builtin.set_fact"]["sglang_server_preflight_problems"]
     assert texts and texts <= checked, texts - checked
     assert "sglang_server_read_write_paths" in task["ansible.builtin.set_fact"]["sglang_server_preflight_problems"]
 

@@ -5,10 +5,11 @@ PARSER is the runtime's parser as MODULE:FUNCTION, called with the argv (SGLang'
 sglang.srt.server_args:prepare_server_args); each SETUP (MODULE:FUNCTION) is called first without arguments, as the
 runtime's own launcher does (SGLang's loads its plugins). The runtime reads its settings from the environment the
 servers get (the caller passes it), so it parses as the release the servers run.
-COMMAND LINE is the argv list the unit runs, or {"argv": [...], "stand_in_config": PATH | null}: SGLang reads
-its --config file while parsing, and the unit's (the API key file, "api-key: ...") may not exist yet on a first
-deploy, so a private temporary file of the same shape (an api-key and a placeholder) is parsed in its place;
-the key itself is never read.
+COMMAND LINE is the argv list the unit runs, or {"argv": [...], "stand_in_config": PATH | null,
+"stand_in_files": [PATH, ...]}: SGLang reads its --config file while parsing, and the unit's (the API key file,
+"api-key: ...") may not exist yet on a first deploy, so a private temporary file of the same shape (an api-key and a
+placeholder) is parsed in its place; the key itself is never read. Each of "stand_in_files" (the TLS certificate and
+key, whose existence SGLang checks while parsing) is parsed as an empty private temporary file, for the same reason.
 Prints {"instance name": {"rc": 0|2|1, "error": "..."}}: rc 2 is the parser refusing the command line
 (argparse), 1 any other failure. Installed into the venv by sglang-fleet; preflight runs it once per host.
 """
@@ -68,6 +69,11 @@ def with_stand_in(command_line: Any, directory: str) -> list[str]:
         argv = [
             stand_in if word == config and index and argv[index - 1] == "--config" else word for index, word in enumerate(argv)
         ]
+    for number, path in enumerate(command_line.get("stand_in_files") or []):
+        stand_in = os.path.join(directory, f"stand-in-{number}-" + os.path.basename(str(path)))
+        with open(stand_in, "w", encoding="utf-8"):
+            pass
+        argv = [stand_in if word == str(path) else word for word in argv]
     return argv
 
 

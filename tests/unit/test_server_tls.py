@@ -1,0 +1,169 @@
+"""Remote workers over TLS (issue 38, finding 8): the instances' certificate and key from the operator's PEM files
+(sglang_server_tls_cert, _key, _ca), SGLang started with --ssl-certfile/--ssl-keyfile, https URLs everywhere the fleet
+reaches an instance, the routers verifying workers with the CA (smg's --ca-cert-paths), and preflight refusing a keyed
+gateway that would reach another host's instances over plain http."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_router_processes, sglang_server_request
+from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_gateway_problems, sglang_server_tls
+from ansible_collections.sglang.fleet.plugins.module_utils import role_decisions
+from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines
+from ansible_collections.sglang.fleet.plugins.module_utils.rollout_plan import leaving_instances
+
+Plan = Callable[..., dict[str, Any]]
+SECRETS = "/etc/sglang-fleet/secrets"
+HELPERS = "/usr/local/lib/sglang-fleet"
+TLS = {"sglang_server_tls_cert": "/c/worker.pem", "sglang_server_tls_key": "/c/worker.key"}
+
+
+def server_tls(cert: str = "/c/worker.pem", key: str = "/c/worker.key", ca: str = "/c/ca.pem") -> dict[str, Any]:
+    settings = {"cert": cert, "key": key, "ca": ca, "secrets_dir": SECRETS, "ca_dir": HELPERS, "group": "sglang"}
+    return sglang_server_tls("b200", settings)
+
+
+def test_the_instances_certificate_and_key_are_the_servers_group_to_read_and_root_s_to_write() -> None:
+    tls = server_tls()
+    assert tls["enabled"] and tls["problems"] == [] and tls["absent"] == []
+    assert tls["files"] == [
+        {"src": "/c/worker.pem", "dest": f"{SECRETS}/server-tls.pem", "owner": "root", "group": "sglang", "mode": "0640"},
+        {"src": "/c/worker.key", "dest": f"{SECRETS}/server-tls.key", "owner": "root", "group": "sglang", "mode": "0640",
+         "private": True},
+        {"src": "/c/ca.pem", "dest": f"{HELPERS}/server-ca.pem", "owner": "root", "group": "root", "mode": "0644"},
+    ]  # fmt: skip
+    assert (tls["cert_path"], tls["key_path"], tls["ca_file"]) == (
+        f"{SECRETS}/server-tls.pem",
+        f"{SECRETS}/server-tls.key",
+        f"{HELPERS}/server-ca.pem",
+    )
+    # Without a certificate: nothing written, the files an earlier deploy left are removed.
+    plain = server_tls("", "", "")
+    assert (plain["enabled"], plain["files"], plain["cert_path"], plain["ca_file"]) == (False, [], "", "")
+    assert plain["absent"] == [f"{SECRETS}/server-tls.pem", f"{SECRETS}/server-tls.key", f"{HELPERS}/server-ca.pem"]
+
+
+def test_the_instances_tls_variables_problems_name_host_and_variable_and_write_nothing() -> None:
+    [half] = server_tls(key="")["problems"]
+    assert half.startswith('b200 host: sglang_server_tls_key="": the certificate and its key go together')
+    assert "set both sglang_server_tls_cert and sglang_server_tls_key" in half
+    bad = server_tls(cert="worker.pem", ca="/c/ca\n.pem")
+    assert [line.split(":")[1].split("=")[0].strip() for line in bad["problems"]] == [
+        "sglang_server_tls_cert",
+        "sglang_server_tls_ca",
+    ]
+    assert bad["files"] == [] and not bad["enabled"]
+
+
+def test_sglang_serves_https_with_the_installed_certificate_and_every_url_says_so(plan: Plan) -> None:
+    instances = plan("b200", sglang_listen_host="0.0.0.0", sglang_api_key="k", sglang_advertise_host="b200", **TLS)["instances"]
+    for instance in instances:
+        argv = instance["argv"]
+        assert argv[argv.index("--ssl-certfile") + 1] == f"{SECRETS}/server-tls.pem"
+        assert argv[argv.index("--ssl-keyfile") + 1] == f"{SECRETS}/server-tls.key"
+        assert argv[-2] == "--config", "the key file stays last"
+        assert instance["url"] == f"https://127.0.0.1:{instance['port']}"
+        assert instance["remote_url"] == f"https://b200:{instance['port']}"
+        assert instance["tls_files"] == [f"{SECRETS}/server-tls.pem", f"{SECRETS}/server-tls.key"]
+    plain = plan("b200", sglang_listen_host="0.0.0.0", sglang_api_key="k", sglang_advertise_host="b200")["instances"][0]
+    assert "--ssl-certfile" not in plain["argv"] and plain["url"].startswith("http://") and plain["tls_files"] == []
+    half = plan("b200", sglang_server_tls_cert="/c/worker.pem")["instances"][0]
+    assert "--ssl-certfile" not in half["argv"], "a certificate without its key (preflight names it) serves nothing"
+
+
+def test_the_parser_check_stands_in_for_the_certificate_and_key_a_first_deploy_has_not_written(
+    plan: Plan, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SGLang 0.5.17's and 0.5.23's ServerArgs check, while parsing, that --ssl-certfile and --ssl-keyfile exist
+    (recorded: tests/recordings/smg-1.13.0-tls/sglang-0.5.23-serving-hook-ssl.py.txt); preflight parses before deploy
+    writes them."""
+    from test_plan_problems import _checker
+
+    checker = _checker(monkeypatch)  # the simulator importable, as the venv has it
+    from sglang_simulator.checks import check_ssl
+    from sglang_simulator.errors import StartupError
+
+    [instance] = plan("ct129", **TLS)["instances"]
+    line = checked_command_lines([instance])["sglang-30000"]
+    assert line["stand_in_files"] == instance["tls_files"]
+    argv = checker.with_stand_in(line, str(tmp_path))
+    cert, key = argv[argv.index("--ssl-certfile") + 1], argv[argv.index("--ssl-keyfile") + 1]
+    assert Path(cert).is_file() and Path(key).is_file() and cert.startswith(str(tmp_path)) and key != cert
+    stood_in = {cert: instance["tls_files"][0], key: instance["tls_files"][1]}
+    assert [stood_in.get(word, word) for word in argv] == instance["argv"], "only the two files stood in for"
+    check_ssl({"ssl_certfile": cert, "ssl_keyfile": key})
+    with pytest.raises(StartupError, match="SSL key file not found"):
+        check_ssl({"ssl_certfile": instance["tls_files"][0], "ssl_keyfile": instance["tls_files"][1]})
+
+
+def test_the_routers_verify_workers_over_https_with_the_instances_ca() -> None:
+    """smg 1.13.0's --ca-cert-paths: "CA certificate(s) for verifying worker TLS certificates" (recorded:
+    tests/recordings/smg-1.13.0-tls/smg-1.13.0-launch-router-help.txt)."""
+    from test_role_settings import INSTANCES, settings
+
+    base = settings()
+    router, gateway = sglang_router_processes(
+        INSTANCES, settings(gateway={**base["gateway"], "enabled": True}, worker_ca=f"{HELPERS}/server-ca.pem")
+    )
+    for process in (router, gateway):
+        assert process["argv"][-2:] == ["--ca-cert-paths", f"{HELPERS}/server-ca.pem"]
+    router, _gateway = sglang_router_processes(INSTANCES, settings())
+    assert "--ca-cert-paths" not in router["argv"]
+
+
+def test_the_tls_files_no_longer_wanted_are_removed_with_the_unwanted_keys() -> None:
+    absent = server_tls("", "", "")["absent"]
+    request = sglang_server_request(
+        [],
+        {"role_path": "r", "write": True, "templates": [], "files": [], "user": "sglang", "group": "sglang",
+         "extra_groups": [], "home": "/var/lib/sglang", "cache_dir": "/var/cache/sglang", "config_dir": "/etc/sglang-fleet",
+         "helper_dir": HELPERS, "secrets_dir": SECRETS, "unit_dir": "/etc/systemd/system", "nvidia_modprobe": "/usr/bin/x",
+         "devices_unit": "sglang-nvidia-devices.service", "unit_properties": [], "displaced": [], "tls_absent": absent},
+    )  # fmt: skip
+    assert set(absent) <= set(request["read"]["globs"])
+    found = {glob: [] for glob in request["read"]["globs"]} | {absent[1]: [absent[1]]}
+    answer = {"changed_paths": [], "read": {"differences": [], "found": found, "units": {}, "mtimes": {}}}
+    decision = role_decisions.sglang_server(request["decide"], answer)
+    assert decision["unwanted_keys"] == [f"{SECRETS}/server-tls.key"] and decision["configure"]
+
+
+def test_a_leaving_hosts_instances_over_tls_are_drained_by_their_https_urls() -> None:
+    [instance] = leaving_instances(["/etc/systemd/system/sglang-30001.service"], "0.0.0.0", "b200", True)
+    assert (instance["url"], instance["remote_url"]) == ("https://127.0.0.1:30001", "https://b200:30001")
+    [plain] = leaving_instances(["/etc/systemd/system/sglang-30001.service"], "0.0.0.0", "b200")
+    assert plain["url"] == "http://127.0.0.1:30001"
+
+
+KEY = hashlib.sha256(b"client-key").hexdigest()
+
+
+def gateway_problems(remote_scheme: str, key_digest: str = KEY) -> list[str]:
+    instances = [
+        {"name": f"sglang-{port}", "url": f"{remote_scheme}://127.0.0.1:{port}", "remote_url": f"{remote_scheme}://b200:{port}"}
+        for port in (30000, 30001)
+    ]
+    gateway = {"url": "https://127.0.0.1:30200", "remote_url": "https://ct129:30200", "bind": "0.0.0.0",
+               "admin_key": "a", "api_key_digest": key_digest}  # fmt: skip
+    hostvars = {"ct129": {"sglang_gateway": gateway}, "b200": {"sglang_instances": instances}}
+    return list(
+        sglang_gateway_problems(
+            "b200", ["ct129"], hostvars, ["ct129", "b200"], ["ct129", "b200"], instances, "0.0.0.0", key_digest
+        )
+    )
+
+
+def test_a_keyed_gateway_reaching_another_hosts_instances_over_plain_http_is_refused_per_instance() -> None:
+    found = gateway_problems("http")
+    assert [line.split(":")[0] for line in found] == ["b200 instance sglang-30000", "b200 instance sglang-30001"]
+    assert found[0].startswith(
+        'b200 instance sglang-30000: sglang_server_tls_cert="": the gateway on ct129 sends its client key and the '
+        "clients' prompts to this instance across the network over plain http (http://b200:30000)"
+    )
+    assert "sglang_server_tls_key" in found[0]
+    assert gateway_problems("https") == [], "with a certificate the instances are reached over https"
+    assert gateway_problems("http", hashlib.sha256(b"").hexdigest()) == [], "a keyless gateway sends no key"
