@@ -230,8 +230,8 @@ def test_status_reads_real_server_info(scenario: Scenario, monkeypatch: pytest.M
         body = exchange["body"]
         monkeypatch.setattr(sglang_status, "unit_properties", lambda unit: {"ActiveState": "active", "NRestarts": "0"})
         monkeypatch.setattr(sglang_status, "exposure", lambda unit: 1.0)
-        monkeypatch.setattr(sglang_status, "health", lambda url: "ready")
-        monkeypatch.setattr(sglang_status, "http_json", lambda url, api_key="", timeout=30.0, body=body: body)
+        monkeypatch.setattr(sglang_status, "health", lambda url, ca_data="": "ready")
+        monkeypatch.setattr(sglang_status, "http_json", lambda url, api_key="", timeout=30.0, ca_data="", body=body: body)
         instance = {"name": "i", "port": 1, "url": "http://recorded", "gpu_ids": [0], "served_model_name": "m", "unit": "u"}
         state = sglang_status.describe(instance, "", 0.0)
         assert state["version"] == scenario.recording.version
