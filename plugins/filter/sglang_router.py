@@ -6,7 +6,6 @@ import hashlib
 import ipaddress
 import json
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -14,7 +13,14 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_model import sglang_
 from ansible_collections.sglang.fleet.plugins.module_utils.flags import render_flag
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import is_loopback
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
-from ansible_collections.sglang.fleet.plugins.module_utils.tls import SERVER_CA, pem_files, server_tls_paths
+from ansible_collections.sglang.fleet.plugins.module_utils.tls import (
+    SERVER_CA,
+    certificate_facts,
+    names_address,
+    pem_files,
+    server_tls_paths,
+    unnamed_addresses,
+)
 
 
 def sglang_router_flags(extra: dict[str, Any]) -> list[str]:
@@ -363,11 +369,28 @@ def sglang_gateway_tls(host: str, settings: Mapping[str, Any], account: Mapping[
 def sglang_server_tls(host: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The instances' TLS on `host` (issue 38, finding 8). `settings`: {cert, key, ca: the control node's PEM files
     (sglang_server_tls_cert, _key, _ca), secrets_dir: the servers' secrets folder, ca_dir: the helpers' folder, group:
-    the servers' group}. As sglang_gateway_tls returns: the certificate and key root:<servers' group> 0640 in the
+    the servers' group, instances: the planned instances, whose https URLs' hosts the certificate must name (a
+    problem otherwise: read on the control node)}.
+    As sglang_gateway_tls returns: the certificate and key root:<servers' group> 0640 in the
     secrets folder (what SGLang's --ssl-certfile and --ssl-keyfile name, module_utils/instances.py), the CA root 0644
     in the helpers' folder (what the host's clients and routers verify the instances with)."""
     paths = {**server_tls_paths(str(settings["secrets_dir"])), "ca": f"{str(settings['ca_dir']).rstrip('/')}/{SERVER_CA}"}
-    return pem_files(host, "host", "sglang_server_tls", settings, paths, str(settings["group"]))
+    tls = pem_files(host, "host", "sglang_server_tls", settings, paths, str(settings["group"]))
+    if tls["enabled"] and not tls["problems"] and settings.get("instances"):
+        # Every address the fleet reaches the instances at (their https URLs' hosts: 127.0.0.1 on this host, the
+        # advertised address from others), which a client verifying the certificate checks it names.
+        addresses = list(dict.fromkeys(
+            str(urlsplit(str(instance.get(key) or "")).hostname)
+            for instance in settings.get("instances") or [] for key in ("url", "remote_url") if instance.get(key)
+        ))  # fmt: skip
+        missing, unreadable = unnamed_addresses(str(settings["cert"]), addresses)
+        cause = unreadable or (f"the certificate does not name {', '.join(missing)}, where the fleet reaches this "
+                               "host's instances over https: every client would refuse them")  # fmt: skip
+        if unreadable or missing:
+            fix = "give the instances a certificate that names sglang_advertise_host and 127.0.0.1"
+            tls["problems"] = [problem_line(host, "host", "sglang_server_tls_cert", settings["cert"], cause, fix)]
+            tls["files"] = []
+    return tls
 
 
 WILDCARDS = ("0.0.0.0", "::")
@@ -377,28 +400,18 @@ def _mesh_certificate_problems(path: str, address: str) -> list[tuple[str, Any, 
     """What keeps the gateway's certificate (`path`, on the control node) from joining a mesh over TLS at `address`
     (recorded, tests/recordings/smg-1.13.0-mesh: a certificate without clientAuth, or that names the node by DNS alone,
     never joins, silently): its usages and its IP addresses."""
-    from cryptography import x509  # ansible-core's own dependency, on the control node
-    from cryptography.x509.oid import ExtendedKeyUsageOID
+    from cryptography.x509.oid import ExtendedKeyUsageOID  # ansible-core's own dependency, on the control node
 
     fix = "give the gateway a certificate for serverAuth and clientAuth that names this IP address"
     try:
-        certificate = x509.load_pem_x509_certificate(Path(path).read_bytes())
+        facts = certificate_facts(path)
     except (OSError, ValueError) as error:
         return [("sglang_gateway_tls_cert", path, f"cannot be read as a PEM certificate ({error})", fix)]
     found: list[tuple[str, Any, str, str]] = []
-    try:
-        usages = list(certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
-    except x509.ExtensionNotFound:
-        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]  # no restriction
-    if ExtendedKeyUsageOID.CLIENT_AUTH not in usages:
+    if facts["usages"] is not None and ExtendedKeyUsageOID.CLIENT_AUTH not in facts["usages"]:
         found.append(("sglang_gateway_tls_cert", path, "the certificate does not allow clientAuth, which each gateway "
                       "of the mesh presents it for: its mesh would never join", fix))  # fmt: skip
-    try:
-        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        addresses = [str(ip) for ip in names.get_values_for_type(x509.IPAddress)]
-    except x509.ExtensionNotFound:
-        addresses = []
-    if _ip_address(address) and ipaddress.ip_address(address) not in [ipaddress.ip_address(ip) for ip in addresses]:
+    if _ip_address(address) and not names_address({**facts, "dns": []}, address):
         found.append(("sglang_gateway_tls_cert", path, f"the certificate does not name {address}, the IP address the "
                       "mesh's peers dial: its mesh would never join", fix))  # fmt: skip
     return found

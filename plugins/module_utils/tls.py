@@ -3,7 +3,8 @@ gateway's (role sglang_router) and the instances' (role sglang_server), one rule
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ipaddress
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
@@ -74,3 +75,47 @@ def pem_files(
         "ca_file": paths["ca"] if values.get("ca") else "",
         "problems": problems,
     }
+
+
+def certificate_facts(path: str) -> dict[str, Any]:
+    """What the fleet checks of a PEM certificate on the control node (cryptography: ansible-core's own dependency
+    there): its IP addresses and DNS names (subjectAltName) and its extended key usages (None: unrestricted). Raises
+    OSError or ValueError for a file that is no PEM certificate."""
+    from pathlib import Path
+
+    from cryptography import x509
+
+    certificate = x509.load_pem_x509_certificate(Path(path).read_bytes())
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        ips, dns = [str(ip) for ip in names.get_values_for_type(x509.IPAddress)], names.get_values_for_type(x509.DNSName)
+    except x509.ExtensionNotFound:
+        ips, dns = [], []
+    try:
+        usages: list[Any] | None = list(certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        usages = None
+    return {"ips": ips, "dns": [str(name) for name in dns], "usages": usages}
+
+
+def names_address(facts: Mapping[str, Any], address: str) -> bool:
+    """Whether a certificate (certificate_facts) is valid for `address` as Python's ssl module checks it: an IP address
+    among its IP addresses, a name among its DNS names (a leading "*." matching one label)."""
+    try:
+        wanted = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        name = address.lower().rstrip(".")
+        for pattern in (str(entry).lower().rstrip(".") for entry in facts["dns"]):
+            if pattern == name or (pattern.startswith("*.") and name.partition(".")[2] == pattern[2:] and "." in name):
+                return True
+        return False
+    return wanted in [ipaddress.ip_address(ip) for ip in facts["ips"]]
+
+
+def unnamed_addresses(path: str, addresses: Sequence[str]) -> tuple[list[str], str]:
+    """The `addresses` the certificate at `path` does not name, and why it could not be read ("" when it could)."""
+    try:
+        facts = certificate_facts(path)
+    except (OSError, ValueError) as error:
+        return [], f"cannot be read as a PEM certificate ({error})"
+    return [address for address in addresses if not names_address(facts, address)], ""

@@ -167,3 +167,30 @@ def test_a_keyed_gateway_reaching_another_hosts_instances_over_plain_http_is_ref
     assert "sglang_server_tls_key" in found[0]
     assert gateway_problems("https") == [], "with a certificate the instances are reached over https"
     assert gateway_problems("http", hashlib.sha256(b"").hexdigest()) == [], "a keyless gateway sends no key"
+
+
+def test_preflight_refuses_a_certificate_that_does_not_name_where_the_instances_are_reached(tmp_path: Path) -> None:
+    """Every client verifies the instance's name: 127.0.0.1 on its own host, its advertised address from others (read
+    on the control node, as the mesh's certificate is)."""
+    import subprocess
+    import sys
+
+    from fleet import ROOT
+
+    subprocess.run([sys.executable, str(ROOT / "scripts/test_ca.py"), str(tmp_path), "b200", "127.0.0.1"], check=True)
+
+    def problems(*remote: str, cert: Path = tmp_path / "server.pem") -> list[str]:
+        instances = [{"url": "https://127.0.0.1:30000", "remote_url": f"https://{host}:30000"} for host in remote]
+        instances = instances or [{"url": "https://127.0.0.1:30000"}]
+        settings = {"cert": str(cert), "key": str(tmp_path / "server.key"), "ca": "", "secrets_dir": SECRETS,
+                    "ca_dir": HELPERS, "group": "sglang", "instances": instances}  # fmt: skip
+        tls = sglang_server_tls("b200", settings)
+        assert (tls["files"] == []) == bool(tls["problems"]), "nothing is written for a certificate with a problem"
+        return list(tls["problems"])
+
+    assert problems("b200") == problems() == []
+    [line] = problems("b200", "10.0.0.9", "gpu-b200.example")
+    assert line.startswith(f'b200 host: sglang_server_tls_cert="{tmp_path}/server.pem": the certificate does not name ')
+    assert "does not name 10.0.0.9, gpu-b200.example, where the fleet reaches" in line
+    [unreadable] = problems("b200", cert=tmp_path / "server.key")
+    assert "cannot be read as a PEM certificate" in unreadable
