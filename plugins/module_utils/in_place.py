@@ -28,6 +28,7 @@ import stat
 import struct
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 # A revision's files that /update_weights_from_disk reloads (weights, and the index naming their shards); every other
 # file must be the old revision's, compared by digest up to this size (a larger one restarts the instance).
@@ -133,6 +134,20 @@ def _read(path: str) -> bytes | None:
             return handle.read()
     except OSError:
         return None
+
+
+def as_verified(instance: Mapping[str, Any]) -> dict[str, Any]:
+    """The instance as its last verified files serve it: what runs until the rollout restarts it (the routers know it
+    by these URLs), and what a rollback restores. Its `url` and `remote_url` are https where the last verified unit's
+    command line has --ssl-certfile (SGLang then serves only https), else http: the run that turns TLS on (or off)
+    writes the other scheme. As planned where it has no verified copy (it never passed verification)."""
+    unit = _read(instance["files"]["last_good"][0][1])
+    argv = exec_start(unit.decode(errors="replace")) if unit is not None else None
+    if argv is None:
+        return dict(instance)
+    scheme = "https" if "--ssl-certfile" in argv else "http"
+    urls = {key: urlsplit(instance[key])._replace(scheme=scheme).geturl() for key in ("url", "remote_url") if instance.get(key)}
+    return {**instance, **urls}
 
 
 # What a real run does with an instance, as check mode says it (check_mode_plan).

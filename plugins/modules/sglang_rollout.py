@@ -644,11 +644,13 @@ def roll_back(host: Host, instance: dict[str, Any], params: dict[str, Any]) -> s
     restored = restore(instance)
     if not restored:
         return "no verified configuration to restore (the instance never passed verification); it is left as it is"
+    # Waited for and put back at the URLs of what it restored (plain http where the failed switch was to https).
+    back = in_place.as_verified(instance)
     try:
         # It may be back in some routers already (a gateway's rejoin failed after its host's router took it back).
         leave_routers(host, instance, params["drain_timeout"])
-        start_and_check(host, [instance], params)
-        rejoin_routers(host, instance)
+        start_and_check(host, [back], params)
+        rejoin_routers(host, back)
     except Exception as error:
         return f"restored {', '.join(restored)} but it did not come back: {error}"
     return f"restored {', '.join(restored)}; the previous configuration is serving again"
@@ -665,7 +667,8 @@ def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any])
         try:
             for instance in batch:
                 current = instance
-                leave_routers(host, instance, params["drain_timeout"])
+                # The routers know it by the URL it runs at: its last verified files' (http before TLS turns on).
+                leave_routers(host, in_place.as_verified(instance), params["drain_timeout"])
             updated = [instance for instance in batch if update_in_place(host, instance, params, done)]
             batch = [instance for instance in batch if instance not in updated]
             current = batch[0] if batch else current
@@ -739,7 +742,7 @@ def start_nodes(host: Host, instances: list[dict[str, Any]], params: dict[str, A
     try:
         for instance in instances:
             current = instance
-            leave_routers(host, instance, params["drain_timeout"])
+            leave_routers(host, in_place.as_verified(instance), params["drain_timeout"])
         current = instances[0]
         ready = start_and_check(host, instances, params)
         for instance in instances:
@@ -768,7 +771,8 @@ def keep_nodes(host: Host, instances: list[dict[str, Any]]) -> list[str]:
 def roll_back_nodes(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, str]:
     """A node of the instances failed: every node restores its last verified files and restarts at once, waited for."""
     restored = {instance["name"]: restore(instance) for instance in instances}
-    back = [instance for instance in instances if restored[instance["name"]]]
+    # At the URLs of what they restored (plain http where the failed switch was to https).
+    back = [in_place.as_verified(instance) for instance in instances if restored[instance["name"]]]
     outcomes = {
         name: "no verified configuration to restore (the instance never passed verification); it is left as it is"
         for name, files in restored.items()
@@ -791,9 +795,10 @@ def stop(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) ->
     """Takes each instance out of every router, lets it finish its requests, and stops its unit."""
     stopped = []
     for instance in instances:
-        leave_routers(host, instance, params["drain_timeout"])
+        running = in_place.as_verified(instance)
+        leave_routers(host, running, params["drain_timeout"])
         if params.get("drain") and not host.routers:
-            drain(host, instance, params["drain_timeout"])
+            drain(host, running, params["drain_timeout"])
         host.systemctl("stop", instance["unit"])
         stopped.append(instance["name"])
     return stopped

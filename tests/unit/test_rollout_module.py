@@ -151,6 +151,58 @@ def test_a_failed_gateway_rejoin_rolls_back_only_after_taking_the_instance_out_o
     ]  # fmt: skip
 
 
+class RouterWithoutTheCA(FakeRouter):
+    """A router that cannot verify a worker over https (it was started without the instances' CA)."""
+
+    def remove(self, url: str) -> None:
+        self.log.append(f"{self.name}-remove {url}")
+
+    def add(self, url: str, model_id: str = "") -> None:
+        self.log.append(f"{self.name}-add {url}")
+        if url.startswith("https://"):
+            raise sglang_router_client.RouterError("does not list it as healthy")
+
+
+def unit(*argv: str) -> str:
+    return "[Service]\nExecStartPre=/bin/true\nExecStart=" + " ".join(["/usr/bin/python3", "launcher.py", *argv]) + "\n"
+
+
+def test_a_failed_switch_to_https_waits_on_and_routes_the_plain_instance_it_restores(
+    tmp_path: Path, params: dict[str, Any]
+) -> None:
+    """The run that turns TLS on: the routers know the running instance by its plain URL (its last verified unit's), so
+    it leaves them by that URL; when the https one fails, the rollback restores the plain files and waits for and puts
+    back the plain URL, never the failed https one (which it would wait on until the timeout)."""
+    log: list[str] = []
+    host = fake_host(log, FakeServers(log))
+    host.routers = [RouterWithoutTheCA(log), RouterWithoutTheCA(log, "gateway", "remote_url")]
+    host.wait_ready = lambda batch, *_: log.append("ready " + ",".join(i["url"] for i in batch)) or {
+        "ready": {i["unit"]: 3.0 for i in batch}
+    }
+    server = {**instance(30000, tmp_path, written=True), "url": "https://127.0.0.1:30000", "remote_url": "https://b200:30000"}
+    (tmp_path / "sglang-30000.service").write_text(unit("--port", "30000", "--ssl-certfile", "/s/tls.pem"))
+    (tmp_path / "last-good" / "sglang-30000.service").write_text(unit("--port", "30000"))
+    result = module.rollout(host, [server], params)
+    assert result["failed_instance"] == "sglang-30000" and "serving again" in result["rollback"]["sglang-30000"]
+    assert log == [
+        "router-remove http://127.0.0.1:30000", "gateway-remove http://b200:30000",
+        "restart sglang-30000.service", "ready https://127.0.0.1:30000", "router-add https://127.0.0.1:30000",
+        "router-remove https://127.0.0.1:30000", "gateway-remove https://b200:30000",
+        "restart sglang-30000.service", "ready http://127.0.0.1:30000",
+        "router-add http://127.0.0.1:30000", "gateway-add http://b200:30000",
+    ]  # fmt: skip
+    assert "--ssl-certfile" not in (tmp_path / "sglang-30000.service").read_text(), "the plain unit restored"
+    # Every node of an instance across hosts, rolled back together, likewise; a reshape's stop leaves by the plain URL.
+    (tmp_path / "sglang-30000.service").write_text(unit("--port", "30000", "--ssl-certfile", "/s/tls.pem"))
+    del log[:]
+    module.roll_back_nodes(host, [server], params)
+    assert log == ["restart sglang-30000.service", "ready http://127.0.0.1:30000",
+                   "router-add http://127.0.0.1:30000", "gateway-add http://b200:30000"]  # fmt: skip
+    del log[:]
+    module.stop(host, [server], params)
+    assert log == ["router-remove http://127.0.0.1:30000", "gateway-remove http://b200:30000", "stop sglang-30000.service"]
+
+
 def test_a_reshape_stop_drains_each_instance_out_of_the_router_first(tmp_path: Path, params: dict[str, Any]) -> None:
     log: list[str] = []
     stopped = module.stop(fake_host(log, FakeServers(log)), [instance(30001, tmp_path), instance(30002, tmp_path)], params)
