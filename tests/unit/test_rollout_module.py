@@ -176,9 +176,12 @@ def test_a_failed_switch_to_https_waits_on_and_routes_the_plain_instance_it_rest
     log: list[str] = []
     host = fake_host(log, FakeServers(log))
     host.routers = [RouterWithoutTheCA(log), RouterWithoutTheCA(log, "gateway", "remote_url")]
-    host.wait_ready = lambda batch, *_: log.append("ready " + ",".join(i["url"] for i in batch)) or {
-        "ready": {i["unit"]: 3.0 for i in batch}
-    }
+
+    def wait_ready(batch: list[dict[str, Any]], *_: Any) -> dict[str, Any]:
+        log.append("ready " + ",".join(instance["url"] for instance in batch))
+        return {"ready": {instance["unit"]: 3.0 for instance in batch}}
+
+    host.wait_ready = wait_ready
     server = {**instance(30000, tmp_path, written=True), "url": "https://127.0.0.1:30000", "remote_url": "https://b200:30000"}
     (tmp_path / "sglang-30000.service").write_text(unit("--port", "30000", "--ssl-certfile", "/s/tls.pem"))
     (tmp_path / "last-good" / "sglang-30000.service").write_text(unit("--port", "30000"))
