@@ -47,8 +47,6 @@ status: venv ## Print every sandbox instance with its URL and health
 # here), and a real Prometheus on the sandbox's own network scraping them; `make sandbox` puts them back on loopback.
 sandbox-prometheus: sandbox-hosts mirror ## The sandbox listening on its network, and Prometheus there on http://127.0.0.1:19090
 	python scripts/test_ca.py build/sandbox-tls ct129 b200 127.0.0.1 localhost
-	# Turning the instances' TLS on takes two deploys (README): the instances' CA first, so the routers verify them.
-	ansible-playbook deploy.yml $(SANDBOX) -e sglang_server_tls_ca=$(CURDIR)/build/sandbox-tls/ca.pem
 	ansible-playbook deploy.yml $(SANDBOX) -e @inventory/sandbox-on-network.yml
 	ansible-playbook playbooks/sandbox-prometheus.yml $(SANDBOX) -e @inventory/sandbox-on-network.yml
 

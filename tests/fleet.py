@@ -246,16 +246,6 @@ def sandbox_test_ca(*addresses: str) -> Path:
     return SANDBOX_TLS
 
 
-def routers_verify_workers_first(inventory: Path = SANDBOX_INVENTORY) -> None:
-    """Before the sandbox's instances turn to https (inventory/sandbox-on-network.yml): a deploy that gives the hosts
-    the instances' CA alone (nothing restarts but the routers, which then verify workers with it), as README's
-    "Workers a gateway reaches on other hosts serve https" says turning TLS on takes: the host's router restarts only
-    after the instances roll, and could not take back an instance over https without it."""
-    on_network = yaml.safe_load((ROOT / "inventory/sandbox-on-network.yml").read_text())
-    ca = run_playbook("deploy.yml", inventory=inventory, extravars={"sglang_server_tls_ca": on_network["sglang_server_tls_ca"]})
-    assert ca.rc == 0, ca.failure_messages()
-
-
 def router_key() -> str:
     """The key b200's router wants on /workers: its admin key where it has one, else the clients' key, else none."""
     text = on_host("b200", "sh", "-c", "cat /etc/sglang-router/router.json 2>/dev/null || true").strip()

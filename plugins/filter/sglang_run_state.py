@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import changed_items, server_rolling
+from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import changed_items, routers_first, server_rolling
 
 
 def truncated(text: str, length: int = 300, leeway: int = 5, end: str = "...") -> str:
@@ -27,9 +27,10 @@ def sglang_rollout_halted(hosts: Sequence[str], hostvars: Mapping[str, Any], res
     return "".join(lines)
 
 
-def sglang_router_bounced(restarted: Any, started: Any) -> list[str]:
-    """The units of the router processes this run restarted or started (the two loops' registered results)."""
-    return [item["unit"] for item in changed_items(restarted, started)]
+def sglang_router_bounced(restarted: Any, started: Any, first: Any = None) -> list[str]:
+    """The units of the router processes this run restarted or started (the loops' registered results: `first`, the
+    restart of those that verify the instances with a CA this run gives them, before the instances roll)."""
+    return list(dict.fromkeys(item["unit"] for item in changed_items(first, restarted, started)))
 
 
 class FilterModule:
@@ -39,5 +40,6 @@ class FilterModule:
         return {
             "sglang_server_rolling": server_rolling,
             "sglang_router_bounced": sglang_router_bounced,
+            "sglang_routers_first": routers_first,
             "sglang_rollout_halted": sglang_rollout_halted,
         }

@@ -254,6 +254,28 @@ def sglang_router(settings: Mapping[str, Any], answer: Mapping[str, Any]) -> Dec
     return decision
 
 
+def routers_first(
+    processes: Sequence[Mapping[str, Any]], router: Mapping[str, Any], server: Mapping[str, Any], unit_dir: str
+) -> list[dict[str, Any]]:
+    """The host's running router processes (`processes`, the enabled ones) that restart before its instances roll, each
+    with its `unit_path`: those that verify workers over https with a CA (smg's --ca-cert-paths, read once, at their
+    start) where this run writes their unit (it gains the CA: the instances turn to https) or that CA (the server role's
+    file: `server`'s decision). Restarted after the rollout, as every other router is (its keys must stay those the
+    running instances hold until they roll), such a router could not verify an instance the rollout puts back over
+    https: the rollout would fail and roll it back. `router`: this role's decision (a unit not running restarts
+    nothing: the rollout finds no router to take instances out of)."""
+    written = [*(router.get("files_to_write") or []), *(server.get("files_to_write") or [])]
+    stopped = router.get("stopped_units") or []
+    first = []
+    for process in processes:
+        argv = list(process.get("argv") or [])
+        ca = argv[argv.index("--ca-cert-paths") + 1] if "--ca-cert-paths" in argv[:-1] else ""
+        unit_path = f"{unit_dir}/{process['unit']}"
+        if ca and process["unit"] not in stopped and (unit_path in written or ca in written):
+            first.append({**process, "unit_path": unit_path})
+    return first
+
+
 def changed(result: Any) -> bool:
     """Ansible's `changed` test of a registered result (a loop's too: its `changed` says whether any item changed)."""
     return isinstance(result, Mapping) and bool(result.get("changed"))

@@ -23,17 +23,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fleet import (
-    ROOT,
-    Run,
-    load_through_router,
-    on_host,
-    overlay_inventory,
-    routers_verify_workers_first,
-    run_module,
-    run_playbook,
-    sandbox_test_ca,
-)
+from fleet import ROOT, Run, load_through_router, on_host, overlay_inventory, run_module, run_playbook, sandbox_test_ca
 
 ROUTER = "http://127.0.0.1:30100"
 ROLL_TASK = "Roll the changed running instances, verified, rolled back on failure"
@@ -101,7 +91,6 @@ def rolling_restart_through_the_gateway() -> dict[str, Any]:
     sandbox_test_ca()
     on_network = yaml.safe_load((ROOT / "inventory/sandbox-on-network.yml").read_text())
     try:
-        routers_verify_workers_first()
         placed = run_playbook("deploy.yml", extravars=on_network)
         if placed.rc != 0:
             raise RuntimeError(placed.failure_messages())
@@ -138,7 +127,6 @@ def rolling_restart_with_a_mesh_gateway_stopped() -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory() as directory:
             inventory = overlay_inventory(Path(directory), host_vars=host_vars)
-            routers_verify_workers_first(inventory)
             placed = run_playbook("deploy.yml", inventory=inventory, extravars=mesh)
             if placed.rc != 0:
                 raise RuntimeError(placed.failure_messages())

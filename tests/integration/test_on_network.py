@@ -30,7 +30,6 @@ from fleet import (
     on_host_with_router_client,
     overlay_inventory,
     registered_workers,
-    routers_verify_workers_first,
     run_playbook,
     sandbox_test_ca,
     wait_until,
@@ -90,7 +89,6 @@ def keyed(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ke
     ).stdout
     # The addresses of `make sandbox-prometheus` (and its test CA); the key from vault instead of that file's test key.
     sandbox_test_ca()
-    routers_verify_workers_first()
     addresses = yaml.safe_load((ROOT / "inventory/sandbox-on-network.yml").read_text())
     del addresses["sglang_api_key"]
     inventory = overlay_inventory(directory, host_vars={"b200": {"sglang_instance_groups": B200_GROUPS}}, group_vars=addresses)

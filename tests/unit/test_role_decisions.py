@@ -241,3 +241,40 @@ def test_the_router_request_is_built_from_the_processes_once() -> None:
     assert quiet["files"] == [] and quiet["routers"] == [], "a host with a problem: nothing rendered, no router asked"
     none = sglang_router_request([{**router, "enabled": False}, gateway], settings)
     assert none["read"]["accounts"] == [] and none["read"]["paths"] == [], "no router: no account made for it"
+
+
+def test_a_router_that_gains_the_instances_ca_restarts_before_they_roll() -> None:
+    """The routers that must know the instances' CA before the instances roll to https: a running one whose unit this
+    run writes with --ca-cert-paths (TLS turns on), or whose CA file the server role writes anew (a new CA); not one
+    without a CA (its unit changes for another reason: it restarts after the rollout, its keys with the instances'),
+    nor one that is not running (it starts after the instances, as on a first deploy)."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_router_processes
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_run_state import sglang_router_bounced
+
+    def spec(kind: str, port: int) -> dict[str, Any]:
+        return {"enabled": True, "unit": f"sglang-{kind}.service", "url": f"http://127.0.0.1:{port}", "host": "127.0.0.1",
+                "port": port, "prometheus_host": "127.0.0.1", "prometheus_port": port + 1, "keys_file": f"/etc/r/{kind}.json",
+                "workers_file": f"/var/lib/r/{kind}-workers.json"}  # fmt: skip
+
+    ca = "/usr/local/lib/sglang-fleet/sglang-ca.pem"
+    instances = [{"unit": "sglang-30000.service", "url": "https://127.0.0.1:30000", "served_model_name": "q"}]
+    settings = {"router": spec("router", 30080), "gateway": spec("gateway", 30090), "gateway_members": {}, "gateway_models": []}
+    processes = sglang_router_processes(instances, {**settings, "worker_ca": ca})
+    units = ["/etc/systemd/system/sglang-router.service", "/etc/systemd/system/sglang-gateway.service"]
+    router: dict[str, Any] = {"files_to_write": [*units, "/etc/r/router.json"], "stopped_units": []}
+    server: dict[str, Any] = {"files_to_write": [ca, "/etc/systemd/system/sglang-30000.service"]}
+
+    def first(router: dict[str, Any], server: dict[str, Any], processes: list[dict[str, Any]] = processes) -> list[str]:
+        chosen = role_decisions.routers_first(processes, router, server, "/etc/systemd/system")
+        return [process["unit_path"] for process in chosen]
+
+    assert first(router, server) == units, "TLS turns on: the router and the gateway gain --ca-cert-paths"
+    assert first({**router, "files_to_write": []}, server) == units, "a new CA: read again"
+    assert first({**router, "stopped_units": ["sglang-gateway.service"]}, {"files_to_write": []}) == units[:1]
+    assert first({**router, "files_to_write": ["/etc/r/router.json"]}, {"files_to_write": []}) == [], "a new key: after"
+    plain = sglang_router_processes(instances, settings)
+    assert first(router, server, plain) == [], "no CA: every router restarts after the rollout"
+    # The restart before the rollout bounced them too: the router role reconciles them after it.
+    loop = {"results": [{"changed": True, "item": {"unit": "sglang-router.service"}}]}
+    assert sglang_router_bounced({}, {}, loop) == ["sglang-router.service"]
+    assert sglang_router_bounced(loop, {}, loop) == ["sglang-router.service"]

@@ -178,13 +178,18 @@ REQUIRED = {
     "cuda": set(),
     "sglang_venv": {("checks", "sglang_service"), ("main", "sglang_service")},
     "sglang_server": {
-        ("main", "sglang_runtime"),
-        ("main", "cuda_environment"),
-        ("main", "sglang_router"),
+        *(
+            (entry, fact)
+            for entry in ("main", "configure", "run")
+            for fact in ("sglang_runtime", "cuda_environment", "sglang_router")
+        ),
         ("preflight", "sglang_runtime"),
         ("preflight", "cuda_environment"),
     },
-    "sglang_router": {("main", "sglang_service"), ("main", "sglang_runtime"), ("preflight", "sglang_service")},
+    "sglang_router": {
+        *((entry, fact) for entry in ("main", "before_roll") for fact in ("sglang_service", "sglang_runtime")),
+        ("preflight", "sglang_service"),
+    },
 }
 
 
@@ -203,7 +208,9 @@ def test_every_fact_an_entry_point_requires_is_published_before_it_runs(role: st
     assert set(declared) == REQUIRED[role]
     for (entry, name), option in declared.items():
         assert option["type"] == "dict" and option["required"] is True, (role, entry, name)
-        assert order.index((publisher(name), "preflight")) < order.index((role, entry)), (role, entry, name)
+        # The server role's main entry point (configure and run) is not deploy's: it runs the two halves.
+        if (role, entry) != ("sglang_server", "main"):
+            assert order.index((publisher(name), "preflight")) < order.index((role, entry)), (role, entry, name)
 
 
 @pytest.mark.parametrize(
@@ -279,5 +286,22 @@ def test_deploy_makes_the_servers_account_before_the_runtime_that_parses_as_it()
     order = deploy_order()
     assert order.count(("sglang_server", "account")) == 1
     account = order.index(("sglang_server", "account"))
-    assert account < order.index(("sglang_venv", "main")) < order.index(("sglang_server", "main"))
+    assert account < order.index(("sglang_venv", "main")) < order.index(("sglang_server", "configure"))
     assert order.index(("sglang_plan", "gate")) < account
+
+
+def test_deploy_restarts_the_routers_that_need_the_instances_ca_between_writing_and_rolling_the_instances() -> None:
+    """One deploy turns the instances' TLS on: the server role writes their files and CA, then the routers that verify
+    them with it restart (a router reads --ca-cert-paths only at its start), then the instances roll to https and go
+    back into routers that can verify them; the rest of the router role (keys, reconcile) after the rollout."""
+    order = deploy_order()
+    configure, first = order.index(("sglang_server", "configure")), order.index(("sglang_router", "before_roll"))
+    assert configure < first < order.index(("sglang_server", "run")) < order.index(("sglang_router", "main"))
+    assert ("sglang_server", "main") not in order
+    main = yaml.safe_load((ROOT / "roles/sglang_server/tasks/main.yml").read_text())
+    assert [task["ansible.builtin.import_tasks"] for task in main] == ["configure.yml", "run.yml"]
+    tags = {name: set(task["tags"]) for name, task in zip(("configure", "run"), main, strict=True)}
+    for task in deploy_steps():
+        step = next(task[name] for name in ROLE_STEPS if name in task)
+        if step["name"] == "sglang_server" and step.get("tasks_from") in tags:
+            assert tags[step["tasks_from"]] <= set(task["tags"]), task["name"]
