@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.filter.core import get_hash, to_json
 from ansible.template import Templar, trust_as_template
@@ -413,3 +414,24 @@ def test_the_cuda_request_is_the_structure_it_replaced(method: str, family: str)
     task = (cuda / "tasks/preflight.yml").read_text()
     call = task[task.index("sglang.fleet.cuda_request(") : task.index("cuda_preflight_problems")]
     assert {name for name in settings if f"'{name}':" in call} == set(settings)
+
+
+def test_the_routers_restarted_before_the_rollout_get_their_unit_and_the_launcher_but_not_their_keys() -> None:
+    """roles/sglang_router/tasks/before_roll.yml writes, of the router role's files, only the units of the routers that
+    restart before the instances roll (and the shared launcher): their keys file, which the rollout reads as the running
+    router's, is written after the rollout (tasks/main.yml), the gateway's unit too where the gateway does not restart."""
+    [write, *_] = yaml.safe_load((ROOT / "roles/sglang_router/tasks/before_roll.yml").read_text())
+    files = [
+        {"dest": "/usr/local/lib/sglang-fleet/sglang_router_launcher.py"},
+        {"dest": "/etc/systemd/system/sglang-router.service"},
+        {"dest": "/etc/sglang-router/router.json", "private": True},
+        {"dest": "/etc/systemd/system/sglang-gateway.service"},
+        {"dest": "/etc/sglang-router/gateway.json", "private": True},
+    ]
+    variables = {
+        "sglang_router_probe": {"files": files},
+        "_sglang_router_first": [{"unit": "sglang-router.service", "unit_path": "/etc/systemd/system/sglang-router.service"}],
+        "_sglang_router_launcher_files": [{"dest": "/usr/local/lib/sglang-fleet/sglang_router_launcher.py"}],
+    }
+    written = render(write["sglang.fleet.sglang_instance_files"]["files"], **variables)
+    assert [file["dest"] for file in written] == [files[0]["dest"], files[1]["dest"]]
