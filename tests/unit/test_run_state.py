@@ -416,10 +416,11 @@ def test_the_cuda_request_is_the_structure_it_replaced(method: str, family: str)
     assert {name for name in settings if f"'{name}':" in call} == set(settings)
 
 
-def test_the_routers_restarted_before_the_rollout_get_their_unit_and_the_launcher_but_not_their_keys() -> None:
+def test_the_routers_restarted_before_the_rollout_get_their_unit_but_not_their_keys() -> None:
     """roles/sglang_router/tasks/before_roll.yml writes, of the router role's files, only the units of the routers that
-    restart before the instances roll (and the shared launcher): their keys file, which the rollout reads as the running
-    router's, is written after the rollout (tasks/main.yml), the gateway's unit too where the gateway does not restart."""
+    restart before the instances roll: their keys file, which the rollout reads as the running router's, and the shared
+    launcher (whose change restarts every router of the host) are written after the rollout (tasks/main.yml), the
+    gateway's unit too where the gateway does not restart."""
     [write, *_] = yaml.safe_load((ROOT / "roles/sglang_router/tasks/before_roll.yml").read_text())
     files = [
         {"dest": "/usr/local/lib/sglang-fleet/sglang_router_launcher.py"},
@@ -434,4 +435,12 @@ def test_the_routers_restarted_before_the_rollout_get_their_unit_and_the_launche
         "_sglang_router_launcher_files": [{"dest": "/usr/local/lib/sglang-fleet/sglang_router_launcher.py"}],
     }
     written = render(write["sglang.fleet.sglang_instance_files"]["files"], **variables)
-    assert [file["dest"] for file in written] == [files[0]["dest"], files[1]["dest"]]
+    assert [file["dest"] for file in written] == [files[1]["dest"]]
+    # tasks/main.yml then writes the rest, but what before_roll changed (its diff and its restart said once).
+    [later] = [task for task in yaml.safe_load((ROOT / "roles/sglang_router/tasks/main.yml").read_text())
+               if "sglang.fleet.sglang_instance_files" in task]  # fmt: skip
+    rest = later["sglang.fleet.sglang_instance_files"]["files"]
+    first_written = {"changed": True, "changed_paths": [files[1]["dest"]]}
+    assert render(rest, **variables, _sglang_router_first_written=first_written) == [files[0], *files[2:]]
+    assert render(rest, **variables, _sglang_router_first_written={"skipped": True}) == files
+    assert render(rest, **variables) == files, "before_roll not run (--tags): every file"
