@@ -263,7 +263,9 @@ def routers_first(
     file: `server`'s decision). Restarted after the rollout, as every other router is (its keys must stay those the
     running instances hold until they roll), such a router could not verify an instance the rollout puts back over
     https: the rollout would fail and roll it back. `router`: this role's decision (a unit not running restarts
-    nothing: the rollout finds no router to take instances out of)."""
+    nothing: the rollout finds no router to take instances out of). Each also with the workers as the instances may
+    serve them before they roll (`serving_workers`, `serving_models`: each https worker at its plain http URL too), for a
+    router that restarts without a workers file (moved to its own account in this run) to register the answering ones."""
     written = [*(router.get("files_to_write") or []), *(server.get("files_to_write") or [])]
     stopped = router.get("stopped_units") or []
     first = []
@@ -272,8 +274,19 @@ def routers_first(
         ca = argv[argv.index("--ca-cert-paths") + 1] if "--ca-cert-paths" in argv[:-1] else ""
         unit_path = f"{unit_dir}/{process['unit']}"
         if ca and process["unit"] not in stopped and (unit_path in written or ca in written):
-            first.append({**process, "unit_path": unit_path})
+            serving = {url: model for worker, model in _models(process).items() for url in _either_scheme(worker)}
+            first.append({**process, "unit_path": unit_path, "serving_workers": list(serving), "serving_models": serving})
     return first
+
+
+def _models(process: Mapping[str, Any]) -> dict[str, str]:
+    models: Mapping[str, Any] = process.get("models") or {}
+    return {str(url): str(models.get(url) or "") for url in process.get("workers") or []}
+
+
+def _either_scheme(url: str) -> list[str]:
+    """An https worker's URL and the plain http one it served at before TLS turned on; a plain one alone."""
+    return [url, "http://" + url[len("https://") :]] if url.startswith("https://") else [url]
 
 
 def changed(result: Any) -> bool:

@@ -269,6 +269,9 @@ def test_a_router_that_gains_the_instances_ca_restarts_before_they_roll() -> Non
         return [process["unit_path"] for process in chosen]
 
     assert first(router, server) == units, "TLS turns on: the router and the gateway gain --ca-cert-paths"
+    [moved, _gateway] = role_decisions.routers_first(processes, router, server, "/etc/systemd/system")
+    assert moved["serving_workers"] == ["https://127.0.0.1:30000", "http://127.0.0.1:30000"], "as they serve before and after"
+    assert moved["serving_models"] == {"https://127.0.0.1:30000": "q", "http://127.0.0.1:30000": "q"}
     assert first({**router, "files_to_write": []}, server) == units, "a new CA: read again"
     assert first({**router, "stopped_units": ["sglang-gateway.service"]}, {"files_to_write": []}) == units[:1]
     assert first({**router, "files_to_write": ["/etc/r/router.json"]}, {"files_to_write": []}) == [], "a new key: after"

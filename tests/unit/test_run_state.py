@@ -421,7 +421,8 @@ def test_the_routers_restarted_before_the_rollout_get_their_unit_but_not_their_k
     restart before the instances roll: their keys file, which the rollout reads as the running router's, and the shared
     launcher (whose change restarts every router of the host) are written after the rollout (tasks/main.yml), the
     gateway's unit too where the gateway does not restart."""
-    [write, *_] = yaml.safe_load((ROOT / "roles/sglang_router/tasks/before_roll.yml").read_text())
+    [write] = [task for task in yaml.safe_load((ROOT / "roles/sglang_router/tasks/before_roll.yml").read_text())
+               if "sglang.fleet.sglang_instance_files" in task]  # fmt: skip
     files = [
         {"dest": "/usr/local/lib/sglang-fleet/sglang_router_launcher.py"},
         {"dest": "/etc/systemd/system/sglang-router.service"},
@@ -431,11 +432,17 @@ def test_the_routers_restarted_before_the_rollout_get_their_unit_but_not_their_k
     ]
     variables = {
         "sglang_router_probe": {"files": files},
-        "_sglang_router_first": [{"unit": "sglang-router.service", "unit_path": "/etc/systemd/system/sglang-router.service"}],
-        "_sglang_router_launcher_files": [{"dest": "/usr/local/lib/sglang-fleet/sglang_router_launcher.py"}],
+        "_sglang_router_first": [
+            {"unit": "sglang-router.service", "unit_path": files[1]["dest"], "keys_file": "/etc/sglang-router/router.json"}
+        ],
+        "_sglang_router_decision": {"account": []},
     }
     written = render(write["sglang.fleet.sglang_instance_files"]["files"], **variables)
     assert [file["dest"] for file in written] == [files[1]["dest"]]
+    # Routers that move to their own account in this run: their keys file at its new place too (no file there yet).
+    moving = {**variables, "_sglang_router_decision": {"account": ["the routers' account: to create"]}}
+    moved = render(write["sglang.fleet.sglang_instance_files"]["files"], **moving)
+    assert [file["dest"] for file in moved] == [files[1]["dest"], files[2]["dest"]]
     # tasks/main.yml then writes the rest, but what before_roll changed (its diff and its restart said once).
     [later] = [task for task in yaml.safe_load((ROOT / "roles/sglang_router/tasks/main.yml").read_text())
                if "sglang.fleet.sglang_instance_files" in task]  # fmt: skip
