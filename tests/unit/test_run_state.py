@@ -423,14 +423,14 @@ def test_the_routers_restarted_before_the_rollout_get_their_unit_but_not_their_k
     gateway's unit too where the gateway does not restart."""
     [write] = [task for task in yaml.safe_load((ROOT / "roles/sglang_router/tasks/before_roll.yml").read_text())
                if "sglang.fleet.sglang_instance_files" in task]  # fmt: skip
-    files = [
+    files: list[dict[str, Any]] = [
         {"dest": "/usr/local/lib/sglang-fleet/sglang_router_launcher.py"},
         {"dest": "/etc/systemd/system/sglang-router.service"},
         {"dest": "/etc/sglang-router/router.json", "private": True},
         {"dest": "/etc/systemd/system/sglang-gateway.service"},
         {"dest": "/etc/sglang-router/gateway.json", "private": True},
     ]
-    variables = {
+    variables: dict[str, Any] = {
         "sglang_router_probe": {"files": files},
         "_sglang_router_first": [
             {"unit": "sglang-router.service", "unit_path": files[1]["dest"], "keys_file": "/etc/sglang-router/router.json"}
