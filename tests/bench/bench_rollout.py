@@ -269,7 +269,8 @@ def move_line(move: dict[str, Any]) -> str:
     return (
         f"  move from sglang-router 0.3.2 to smg (deploy of both hosts, {move['deploy']:.1f} s, changed "
         f"{move['changed']}; b200's router started {move['router_restarts']} time(s)): {move['failed']} of "
-        f"{move['requests']} requests through b200's router failed, within {move['window']:.2f} s; errors: {move['errors']}"
+        f"{move['requests']} requests through b200's router failed, within {move['window']:.2f} s; "
+        f"by error: {move['error_counts']}"
     )
 
 
