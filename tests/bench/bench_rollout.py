@@ -313,7 +313,8 @@ def main() -> int:
     print(
         f"  rolling restart, two mesh gateways (ct129 + b200), b200's stopped under load: {mesh['duration']:.1f} s "
         f"for {mesh['instances']} instances, {mesh['failed']} of {mesh['requests']} requests failed for a client that "
-        f"retries on the other gateway ({mesh['retried']} retried; failed attempts by gateway: {mesh['failed_by_router']})"
+        f"retries on the other gateway ({mesh['retried']} retried; failed attempts by gateway: {mesh['failed_by_router']}), "
+        f"{out_of_rotation(mesh)} worker(s) out of rotation at most"
     )
     print(move_line(move))
     print(
