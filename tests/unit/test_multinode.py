@@ -379,16 +379,18 @@ def test_the_check_listener_says_why_it_cannot_listen() -> None:
 
 def test_the_check_listener_counts_only_the_other_nodes_connections() -> None:
     """Issue 38: any host's connection once ended rank 0's listener early, so the nodes' own check then failed and
-    preflight refused them. A connection from another address counts for nothing: the listener waits on for its peer
-    (here 127.0.0.2: every 127/8 address is the loopback's) and ends once that one connected."""
+    preflight refused them. A connection from another address counts for nothing: the listener waits on for its peers
+    (here 127.0.0.2 and 127.0.0.3: every 127/8 address is the loopback's) and ends once each of them connected."""
     port = free_port()
-    listener = subprocess.Popen([sys.executable, "-c", listener_script(), str(port), "20", "127.0.0.2"], text=True)
+    listener = subprocess.Popen([sys.executable, "-c", listener_script(), str(port), "20", "127.0.0.2 127.0.0.3"], text=True)
     try:
         for _ in range(3):
             connect(port, "127.0.0.1")
-        time.sleep(1)
-        assert listener.poll() is None, "a stranger's connections ended the check's listener"
         connect(port, "127.0.0.2")
+        connect(port, "127.0.0.2")
+        time.sleep(1)
+        assert listener.poll() is None, "a stranger's connections, or one peer's twice, ended the check's listener"
+        connect(port, "127.0.0.3")
         assert listener.wait(timeout=10) == 0
     finally:
         listener.kill()
