@@ -321,6 +321,11 @@ UNIT_DIR = "/etc/systemd/system"
 TLS_FILES = {"cert": "gateway-tls.pem", "key": "gateway-tls.key", "ca": "gateway-ca.pem"}
 
 
+def _control_node_file(path: str) -> bool:
+    """An absolute path, without control characters, of a file on the control node (filters run there)."""
+    return path.startswith("/") and not any(ord(char) < 32 or ord(char) == 127 for char in path) and Path(path).is_file()
+
+
 def sglang_gateway_tls(host: str, settings: Mapping[str, Any], account: Mapping[str, Any]) -> dict[str, Any]:
     """The fleet gateway's TLS on `host` (issue 38, finding 8). `settings`: {gateway: whether `host` runs one, cert, key,
     ca: the control node's PEM files (sglang_gateway_tls_cert, _key, _ca), ca_dir: the helpers' folder}; `account`:
@@ -338,7 +343,7 @@ def sglang_gateway_tls(host: str, settings: Mapping[str, Any], account: Mapping[
         problem_line(host, "gateway", f"sglang_gateway_tls_{name}", value, "not an absolute path of a file on the control node",
                      "give the PEM file's absolute path on the control node")
         for name, value in given.items()
-        if value and (not value.startswith("/") or any(ord(char) < 32 or ord(char) == 127 for char in value))
+        if value and not _control_node_file(value)
     ]  # fmt: skip
     if bool(given["cert"]) != bool(given["key"]):
         missing = "key" if given["cert"] else "cert"
