@@ -50,11 +50,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     `loop_var` (the name the templates know the instance by, default sglang_server_instance); `read`, what to read on
     the host in the same call (the module's option).
     Or `requests`: several of those (each with `role_path`, the role whose templates/ and files/ its `src` names), by
-    name (or a list of them, each with its `name`), all handled in the one call and answered in `answers` under their
-    names (deploy's probe); a request's `routers` (the module's option; each `api_key` travels as a private content)
-    are compared there too. A request's `decide` (settings, never sent to the host) makes its role's decision from its
-    answer (module_utils/role_decisions.py), returned in the answer's `decision`; `changes` is every role's changes, in
-    the requests' order."""
+    name, all handled in the one call and answered in `answers` under their names (deploy's probe); a request's
+    `routers` (the module's option; each `api_key` travels as a private content) are compared there too. A request's
+    `decide` (settings, never sent to the host) makes its role's decision from its answer (module_utils/role_decisions.py),
+    returned in the answer's `decision`; `changes` is every role's changes, in the requests' order."""
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("instances", "templates", "files", "loop_var", "read", "requests"))
@@ -155,9 +154,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         task_vars = task_vars or {}
         args = self._task.args
         private_contents: list[str] = []
-        given = args.get("requests") or {}
-        # Or a list of requests, each under its `name` (deploy's probe: each role's as its preflight published it).
-        requests = {str(request["name"]): request for request in given} if isinstance(given, list) else dict(given)
+        requests = dict(args.get("requests") or {})
         try:
             files, owner_of = self.collect(dict(args), task_vars, private_contents)
             collected = {name: self.collect(dict(request), task_vars, private_contents) for name, request in requests.items()}

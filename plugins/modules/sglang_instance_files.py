@@ -33,8 +33,7 @@ options:
   requests:
     description: >-
       Several callers' C({files, read}) at once, by name (deploy's one probe: every role's files compared and its reads
-      made in one round trip; the action also takes a list of them, each with its C(name)); each is handled as C(files)
-      and C(read) are, and answered under its name in C(answers).
+      made in one round trip); each is handled as C(files) and C(read) are, and answered under its name in C(answers).
       A request's C(routers), each C({url, workers, keep_hosts, models, workers_file, api_key}) with C(api_key) an index
       into C(private_contents), are compared as module sglang_router_members would (in check mode, without asking
       the workers) and answered in its C(routers) - by URL, what differs, empty when nothing does.

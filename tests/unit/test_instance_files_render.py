@@ -138,30 +138,3 @@ def test_a_setting_the_instances_templates_read_is_templated_once_for_all_their_
         assert (tmp_path / f"{name}.service").read_text() == f"/srv/x {name.upper()} {name}\n"
         assert (tmp_path / f"{name}.env").read_text() == "/srv/x\n"
     assert counter.read_text() == ".\n", "templated once, not once per instance and template (6)"
-
-
-def test_requests_given_as_a_list_are_answered_under_their_names(tmp_path: Path) -> None:
-    """Deploy's probe gives every role's request as a list (each templated once); each is answered under its `name`."""
-    attributes = {"owner": OWNER, "group": grp.getgrgid(GROUP).gr_name, "mode": "0644"}
-    requests = [
-        {"name": "first", "files": [{"content": "one\n", "dest": str(tmp_path / "one"), **attributes}]},
-        {"name": "second", "files": [{"content": "two\n", "dest": str(tmp_path / "two"), **attributes}]},
-    ]
-    (tmp_path / "two").write_text("two\n")
-    os.chmod(tmp_path / "two", 0o644)
-    play = [
-        {
-            "hosts": "localhost",
-            "gather_facts": False,
-            "tasks": [
-                {"sglang.fleet.sglang_instance_files": {"requests": requests}, "register": "probe", "check_mode": True},
-                {"ansible.builtin.copy": {"dest": str(tmp_path / "probe.yml"), "content": "{{ probe | to_yaml }}"}},
-            ],
-        }
-    ]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    run = local_play(tmp_path / "play.yml")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    answers = yaml.safe_load((tmp_path / "probe.yml").read_text())["answers"]
-    assert answers["first"]["changed_paths"] == [str(tmp_path / "one")] and not (tmp_path / "one").exists()
-    assert answers["second"]["changed_paths"] == []
