@@ -63,3 +63,21 @@ def test_remove_takes_the_gateway_ca_and_keys_files_from_the_roles_definitions(t
     assert rendered["remove"] == rendered["deploy"]
     assert rendered["remove"]["ca_file"] == "/opt/elsewhere/sglang-fleet/gateway-ca.pem"
     assert rendered["remove"]["keys_file"] == "/etc/sglang-router/gateway.json"
+
+
+def test_remove_drains_a_gateway_of_a_mesh_by_the_url_the_mesh_knows_its_own_hosts_workers_by(tmp_path: Path) -> None:
+    """Deploy registers a mesh gateway's own host's instances by remote_url (filter sglang_gateway_members): remove.yml
+    must take them out by that URL, or they stay on every gateway of the mesh while the instances stop."""
+    [gateway] = remove_task(GATEWAY_TASK)["gateways"]
+    meshes = (["localhost"], ["localhost", "gw-b"])
+    found = {str(len(gateways)): {"item": "localhost", "gateways": gateways} for gateways in meshes}
+    tasks = [
+        {"ansible.builtin.copy": {"content": "{{ worker_url }}", "dest": str(tmp_path / f"{name}.txt")},
+         "vars": {**settings, "sglang_gateway_hosts": settings["gateways"], "worker_url": gateway["worker_url"]}}
+        for name, settings in found.items()
+    ]  # fmt: skip
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    run = local_play(tmp_path / "play.yml")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert (tmp_path / "1.txt").read_text() == "url"
+    assert (tmp_path / "2.txt").read_text() == "remote_url"
