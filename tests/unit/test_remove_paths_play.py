@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from fleet import ROOT, local_play
 
@@ -81,3 +82,35 @@ def test_remove_drains_a_gateway_of_a_mesh_by_the_url_the_mesh_knows_its_own_hos
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (tmp_path / "1.txt").read_text() == "url"
     assert (tmp_path / "2.txt").read_text() == "remote_url"
+
+
+ACCOUNT_TASK = "Refuse to remove an account that is not the routers' own"
+
+
+@pytest.mark.parametrize(("user", "refused"), [("root", True), ("sglang", True), ("sglang-router", False)])
+def test_remove_refuses_an_sglang_router_user_that_is_root_or_the_servers_before_it_changes_anything(
+    tmp_path: Path, user: str, refused: bool
+) -> None:
+    """remove.yml's own refusal, run in a local play that imports the roles as it does (their defaults), precedes every
+    task that changes a host; the router role's removal would otherwise delete root's or the servers' account."""
+    tasks: list[dict[str, Any]] = yaml.safe_load((ROOT / "playbooks/remove.yml").read_text())[0]["tasks"]
+    names = [task.get("name") for task in tasks]
+    assert names.index(ACCOUNT_TASK) < names.index(GATEWAY_TASK)
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": {"sglang_router_user": user},
+            "tasks": [
+                tasks[names.index(ACCOUNT_TASK)],
+                {"ansible.builtin.import_role": {"name": "sglang.fleet.sglang_router", "tasks_from": "remove"}, "when": False},
+                {"ansible.builtin.import_role": {"name": "sglang.fleet.sglang_server", "tasks_from": "remove"}, "when": False},
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    (tmp_path / "none.cfg").write_text("")
+    run = local_play(tmp_path / "play.yml")
+    assert (run.returncode != 0) == refused, run.stdout[-3000:]
+    if refused:
+        assert f'localhost router: sglang_router_user=\\"{user}\\"' in run.stdout, run.stdout[-3000:]
