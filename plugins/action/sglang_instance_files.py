@@ -125,7 +125,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         given = request.get("templates") or []
         templates = [(template, self.find("templates", template["src"], role_path)) for template in given]
         instances = request.get("instances") or []
-        settled = self.settled([source for _, source in templates], task_vars, loop_var) if instances else {}
+        settled = self.settled([source for template, source in templates], task_vars, loop_var) if instances else {}
         for template, source in templates:
             for instance in instances:
                 dest = instance["files"][template["file"]]
