@@ -86,13 +86,20 @@ def _loopback(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _tls_refusal(address: str, port: int, ca_file: str | None) -> str:
-    """'' when GET /model_info over https passes the client's certificate check (``ssl_verify()``: the CA file
-    and the host name, or no check without one); else the certificate error, as ``repr`` shows it."""
+def _ssl_verify(ca_file: str | None) -> ssl.SSLContext:
+    """The client side of ``server_args.ssl_verify()`` for SGLang's requests to itself: the --ssl-ca-certs
+    file and the host name checked, or no check at all without one."""
     context = ssl.create_default_context(cafile=ca_file or None)
     if not ca_file:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _tls_refusal(address: str, port: int, ca_file: str | None) -> str:
+    """'' when GET /model_info over https passes the client's certificate check (``_ssl_verify``); else the
+    certificate error, as ``repr`` shows it."""
+    context = _ssl_verify(ca_file)
     try:
         with (
             socket.create_connection((address.strip("[]"), port), timeout=5) as raw,
@@ -127,12 +134,7 @@ def _warmup_chat(host: str, port: int, settings: Mapping[str, Any]) -> tuple[int
             **({"Authorization": f"Bearer {settings['api_key']}"} if settings.get("api_key") else {}),
         },
     )
-    context = None
-    if scheme == "https":
-        context = ssl.create_default_context(cafile=settings.get("ssl_ca_certs") or None)
-        if not settings.get("ssl_ca_certs"):
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+    context = _ssl_verify(settings.get("ssl_ca_certs")) if scheme == "https" else None
     try:
         with urllib.request.urlopen(request, timeout=60, context=context) as response:
             return int(response.status), response.read().decode(errors="replace")
