@@ -90,6 +90,15 @@ def startup_lines(restarted: dict[str, Any]) -> list[str]:
     return lines
 
 
+def both_hosts_rolled(run: Run) -> dict[str, Any]:
+    """The rollouts of ct129 and b200 in `run`: their durations summed, and the instances they restarted."""
+    rolls = [roll_task(run, host) for host in ("ct129", "b200")]
+    return {
+        "duration": sum(duration for _, duration in rolls),
+        "instances": sum(len(result["restarted"]) for result, _ in rolls),
+    }
+
+
 def rolling_restart_through_the_gateway() -> dict[str, Any]:
     """Both hosts on the sandbox's network behind ct129's fleet gateway; every instance restarted (a changed
     environment) under load through the gateway, one host at a time; then the sandbox back on loopback. The gateway
@@ -106,12 +115,7 @@ def rolling_restart_through_the_gateway() -> dict[str, Any]:
             raise RuntimeError(run.failure_messages())
     finally:
         run_playbook("deploy.yml")
-    rolls = [roll_task(run, host) for host in ("ct129", "b200")]
-    return {
-        "duration": sum(duration for _, duration in rolls),
-        "instances": sum(len(result["restarted"]) for result, _ in rolls),
-        **report,
-    }
+    return {**both_hosts_rolled(run), **report}
 
 
 def container_address(host: str) -> str:
@@ -151,13 +155,7 @@ def rolling_restart_with_a_mesh_gateway_stopped() -> dict[str, Any]:
                 raise RuntimeError(run.failure_messages())
     finally:
         run_playbook("deploy.yml")
-    rolls = [roll_task(run, host) for host in ("ct129", "b200")]
-    return {
-        "duration": sum(duration for _, duration in rolls),
-        "instances": sum(len(result["restarted"]) for result, _ in rolls),
-        "deploy_after_stop": after,
-        **report,
-    }
+    return {**both_hosts_rolled(run), "deploy_after_stop": after, **report}
 
 
 def router_entry_point(host: str = "b200") -> str:
