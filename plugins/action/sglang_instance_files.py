@@ -8,9 +8,12 @@ of the same name writes only what differs and reports, per instance, whether any
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
+import jinja2
+import jinja2.nodes
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.template import generate_ansible_template_vars, trust_as_template
 from ansible_collections.sglang.fleet.plugins.module_utils import role_decisions
@@ -18,6 +21,11 @@ from ansible_collections.sglang.fleet.plugins.module_utils import role_decisions
 # The template action's defaults, so a file rendered here is byte for byte what ansible.builtin.template writes.
 OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
 
+
+# Parses (never compiles) the instances' templates, for the names they read (a loop's own names among them, which no host
+# variable shadows): jinja2's own syntax and the extensions ansible-core's environment may enable; a template it cannot
+# parse settles nothing (each render templates them, as before).
+PARSER = jinja2.Environment(extensions=["jinja2.ext.loopcontrols", "jinja2.ext.do"])
 
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 
@@ -62,6 +70,29 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         data = trust_as_template(self._loader.get_text_file_contents(source))
         return str(templar.template(data, escape_backslashes=False, overrides=OVERRIDES) or "")
 
+    def settled(self, sources: Iterable[str], task_vars: dict[str, Any], loop_var: str) -> dict[str, Any]:
+        """The variables the templates at `sources` read, templated once for all their renders (each render would
+        template each anew: a setting that is a template, compiled again per instance and file), but the instance
+        (`loop_var`), each template's own variables (template_path, ansible_managed, ...) and any whose value cannot be
+        templated without them (templated in each render, as before)."""
+        names: set[str] = set()
+        per_render = {loop_var, "hostvars", "vars"}
+        try:
+            for source in sources:
+                parsed = PARSER.parse(self._loader.get_text_file_contents(source))
+                names |= {node.name for node in parsed.find_all(jinja2.nodes.Name) if node.ctx == "load"}
+                per_render |= set(generate_ansible_template_vars(path=source, fullpath=source, dest_path=source))
+        except jinja2.TemplateSyntaxError:
+            return {}
+        settled = {}
+        for name in sorted(names - per_render):
+            if name in task_vars:
+                try:
+                    settled[name] = self._templar.template(task_vars[name])
+                except AnsibleError:
+                    continue
+        return settled
+
     def find(self, kind: str, src: str, role_path: str | None) -> str:
         """The file `src` of templates/ or files/: the given role's, or (without one) this task's role's."""
         if role_path is None:
@@ -91,13 +122,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 spec["content"] = content
             files.append(spec)
 
-        for template in request.get("templates") or []:
-            source = self.find("templates", template["src"], role_path)
-            for instance in request.get("instances") or []:
+        given = request.get("templates") or []
+        templates = [(template, self.find("templates", template["src"], role_path)) for template in given]
+        instances = request.get("instances") or []
+        settled = self.settled([source for template, source in templates], task_vars, loop_var) if instances else {}
+        for template, source in templates:
+            for instance in instances:
                 dest = instance["files"][template["file"]]
                 if not dest:
                     continue
-                content = self.render(template["src"], source, dest, task_vars, {loop_var: instance})
+                content = self.render(template["src"], source, dest, task_vars, {**settled, loop_var: instance})
                 add(dest, content, template, bool(template.get("private")))
                 owner_of[dest] = instance["name"]
         for single in request.get("files") or []:

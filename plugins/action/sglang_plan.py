@@ -37,10 +37,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
 
     def variable(self, task_vars: dict[str, Any], name: str, default: Any) -> Any:
-        """`name`'s value as Ansible templates it, or `default` where the host has no such variable."""
-        if name not in task_vars and default is not MISSING:
-            return default
-        return self._templar.resolve_variable_expression(name)
+        """`name`'s value as Ansible templates it, or `default` where the host has no such variable. Its value, templated
+        (Templar.template compiles only a string that is a template: a plain setting costs no compile, where evaluating
+        the expression `name` compiled one per variable and host); hostvars as it is (it templates what is read)."""
+        if name not in task_vars:
+            if default is not MISSING:
+                return default
+            return self._templar.resolve_variable_expression(name)  # Ansible's own error for an undefined variable
+        if name == "hostvars":
+            return task_vars[name]
+        return self._templar.template(task_vars[name])
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)

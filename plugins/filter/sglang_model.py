@@ -3,6 +3,7 @@ from and the name clients ask for."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta, timezone
@@ -37,12 +38,24 @@ def sglang_model_sha256(files: Mapping[str, Mapping[str, Any]]) -> dict[str, str
     return {name: str(entry["sha256"]) for name, entry in files.items()}
 
 
+# What the revision's directory may not hold: it is written into the fan-out key's forced command (tasks/peer_key.yml,
+# `command="/usr/bin/rrsync -ro <path>"`, the path shell-quoted), where a control character ends the authorized_keys
+# line and a quote ends the option or the shell's quoting: either would run what follows as the peer account.
+UNQUOTABLE = re.compile(r"[\x00-\x1f\x7f\"']")
+
+
 def sglang_model_problems(
-    host: str, problems: Mapping[str, str], source: Mapping[str, Any], peer_user: str = "root", seed_hosts: int = 0
+    host: str,
+    problems: Mapping[str, str],
+    source: Mapping[str, Any],
+    peer_user: str = "root",
+    seed_hosts: int = 0,
+    root: str = "/srv/models",
 ) -> list[str]:
-    """The fetch's problems (by file, by the lock file, or the cache's) as preflight problem lines of `host`; and,
-    where hosts copy the revision from each other (`seed_hosts` above 0), a `peer_user` other than root: the run's key
-    goes into that account's ~/.ssh/authorized_keys, which root would create, chown and write through folders that
+    """The fetch's problems (by file, by the lock file, or the cache's) as preflight problem lines of `host`; a model
+    root (`root`, sglang_model_root) that is not absolute or holds what the fan-out's forced command cannot (UNQUOTABLE);
+    and, where hosts copy the revision from each other (`seed_hosts` above 0), a `peer_user` other than root: the run's
+    key goes into that account's ~/.ssh/authorized_keys, which root would create, chown and write through folders that
     account controls (ansible.posix.authorized_key follows links there: a link planted in place of ~/.ssh or the file
     gives that account whatever file it names)."""
     fixes = {CACHE_ROOM: CACHE_FIX}
@@ -50,6 +63,18 @@ def sglang_model_problems(
         problem_line(host, "host", "sglang_model", dict(source), f"{name}: {cause}", fixes.get(name, LOCK_FIX))
         for name, cause in sorted(problems.items())
     ]
+    if source and (not str(root).startswith("/") or UNQUOTABLE.search(str(root))):
+        lines.append(
+            problem_line(
+                host,
+                "host",
+                "sglang_model_root",
+                root,
+                "must be an absolute path without control characters or quotes (the revision's directory under it is "
+                "the fan-out key's forced command on the hosts that send it)",
+                "set sglang_model_root to an absolute path of plain characters, e.g. /srv/models",
+            )
+        )
     if source and int(seed_hosts) > 0 and peer_user != "root":
         lines.append(
             problem_line(

@@ -93,6 +93,22 @@ def _url_host(url: str) -> str:
     return urlsplit(url).hostname or ""
 
 
+def sglang_router_account_problems(host: str, user: str, service: Mapping[str, Any]) -> list[str]:
+    """The routers' account (`user`, sglang_router_user; its group has the same name) must be its own: not root (the
+    role would make root's shell nologin and its home the routers' folder, and run the routers as root), and neither the
+    servers' account nor their group (`service`: sglang_service's user and group), which would then read the routers'
+    keys and the gateway's TLS key (root:<its group> 0640), and which deploy and remove.yml would change or delete."""
+    others = {str(service.get("group") or ""): "the servers' group", str(service.get("user") or ""): "the servers' account"}
+    others.update({"root": "root"})
+    others.pop("", None)
+    cause = "an empty name" if not user else others.get(user)
+    if not cause:
+        return []
+    return [problem_line(host, "router", "sglang_router_user", user, f"{cause}: the routers run as an account (and a group of "
+                         "the same name) of their own, which this role creates, changes and removes",
+                         "set sglang_router_user to a name of its own (default sglang-router)")]  # fmt: skip
+
+
 def sglang_gateway_members(
     hostvars: Mapping[str, Any], hosts: Sequence[str], gateway: str, inventory_hosts: Sequence[str] = (), mesh: bool = False
 ) -> dict[str, Any]:
@@ -574,6 +590,7 @@ class FilterModule:
             "sglang_gateway_tls": sglang_gateway_tls,
             "sglang_server_tls": sglang_server_tls,
             "sglang_gateway_mesh": sglang_gateway_mesh,
+            "sglang_router_account_problems": sglang_router_account_problems,
             "sglang_fleet_models": sglang_fleet_models,
             "sglang_router_process_files": sglang_router_process_files,
             "sglang_router_member_reads": sglang_router_member_reads,

@@ -123,6 +123,8 @@ def node_settings(problems: HostProblems, settings: Mapping[str, Any], group: Ma
     peer = nodes[1] if nodes[0] == host else nodes[0]
     return {
         "nodes": list(nodes),
+        # How the nodes reach each other, in rank order: rank 0's check listener counts connections from these only.
+        "addresses": [str(addresses.get(node) or node) for node in nodes],
         "nnodes": len(nodes),
         "rank": nodes.index(host),
         "rendezvous_port": port,
@@ -151,6 +153,7 @@ def node_instance(
         "argv": argv,
         "environment": environment,
         "nodes": node["nodes"],
+        "node_addresses": node["addresses"],
         "nnodes": node["nnodes"],
         "node_rank": node["rank"],
         "rendezvous": node["rendezvous"],
@@ -309,9 +312,11 @@ REACH_SECONDS = 5
 
 def rendezvous_checks(instances: Sequence[Mapping[str, Any]], listening: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Preflight's TCP check between the nodes, as data for its tasks: `listen`, the rendezvous ports rank 0 opens for
-    the check where nothing listens yet ({instance, group, port, connections: the other nodes' count, seconds}; a port
+    the check where nothing listens yet ({instance, group, port, peers: the other nodes' addresses, seconds}; a port
     held already, by the running rank 0 or by another program that rendezvous_problems names, is reached as it is), and
-    `reach`, what every node of another rank connects to ({instance, group, rank_0, address, port, seconds})."""
+    `reach`, what every node of another rank connects to ({instance, group, rank_0, address, port, seconds}). Rank 0's
+    listener ends early once each peer connected from its address; a connection from any other address counts for
+    nothing, so no other host can end it before the nodes' check (and make preflight refuse them)."""
     held = {entry.get("port") for entry in listening}
     listen, reach = [], []
     for instance in instances:
@@ -325,7 +330,7 @@ def rendezvous_checks(instances: Sequence[Mapping[str, Any]], listening: Sequenc
                         "instance": instance["name"],
                         "group": instance.get("group"),
                         "port": port,
-                        "connections": instance["nnodes"] - 1,
+                        "peers": sorted(set(instance["node_addresses"][1:])),
                         "seconds": REACH_SECONDS * 3,
                     }
                 )

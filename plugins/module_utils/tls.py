@@ -4,6 +4,7 @@ gateway's (role sglang_router) and the instances' (role sglang_server), one rule
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,7 +49,7 @@ def pem_files(
         problem_line(host, where, f"{prefix}_{name}", value, "not an absolute path of a file on the control node",
                      "give the PEM file's absolute path on the control node")
         for name, value in values.items()
-        if value and not given_path(value)
+        if value and not (given_path(value) and os.path.isfile(value))
     ]  # fmt: skip
     if bool(values.get("cert")) != bool(values.get("key")):
         missing = "key" if values.get("cert") else "cert"

@@ -272,16 +272,21 @@ def main(smg: str, out: Path, started: list[subprocess.Popen[Any]]) -> None:
     (out / "answers.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
 
 
+def stop_all(started: list[subprocess.Popen[Any]]) -> None:
+    """Kill and reap every process of `started` still running: a recording leaves none behind."""
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def record(smg: str, out: Path) -> None:
     """main(), leaving no process behind when it fails."""
     started: list[subprocess.Popen[Any]] = []
     try:
         main(smg, out, started)
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        stop_all(started)
 
 
 ENTRY_POINTS = {"smg": "smg.launch_router", "sglang-router": "sglang_router.launch_router"}
@@ -345,10 +350,7 @@ def record_policy(out: Path, routers: dict[str, str]) -> None:
                 result[f"{name} {' '.join(mode) or 'single-pool'}"] = answer
         out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        stop_all(started)
 
 
 MESH = {"a": ("31100", "31190", "31527"), "b": ("31101", "31191", "31528")}
@@ -486,10 +488,7 @@ def record_mesh(smg: str, out: Path) -> None:
             ]
             (out / f"mesh-log-{name}.txt").write_text("\n".join(lines) + "\n")
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        stop_all(started)
 
 
 def record_mesh_tls(smg: str, out: Path) -> None:
@@ -553,10 +552,7 @@ def mesh_tls_case(smg: str, make_tls: Any, logs: dict[str, list[str]]) -> dict[s
             logs.setdefault(name, []).extend(sorted(set(lines), key=lines.index)[:12])
         return answers
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        stop_all(started)
 
 
 def record_mesh_names(smg: str, out: Path) -> None:
@@ -622,10 +618,7 @@ def record_mesh_names(smg: str, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "mesh-names-answers.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        stop_all(started)
 
 
 if __name__ == "__main__":

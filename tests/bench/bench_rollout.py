@@ -7,11 +7,13 @@ Measures, on b200 behind its router with a bounded load of 4 clients:
 and, with the sandbox on its network (inventory/sandbox-on-network.yml), a rolling restart of all eight instances of
 both hosts under load through the fleet gateway on ct129: failed requests and the most workers out of rotation at once;
 then the same with two fleet gateways in a mesh, one stopped under load, for a client that retries on the other
-(`python tests/bench/bench_rollout.py mesh` runs that piece alone).
+(`python tests/bench/bench_rollout.py mesh` runs that piece alone); and the move of a fleet from sglang-router 0.3.2 to
+smg by a normal deploy, under load through b200's router (`python tests/bench/bench_rollout.py move` alone).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -30,6 +32,10 @@ ROLL_TASK = "Roll the changed running instances, verified, rolled back on failur
 # Over https with the sandbox's test CA (inventory/sandbox-on-network.yml), as ct129 reaches it.
 GATEWAY = "https://127.0.0.1:30200"
 GATEWAY_KEYS = "/etc/sglang-router/gateway.json"
+# The last commit of main whose fleet ran sglang-router 0.3.2 (the merge before issue 39's smg, 2054185): the move
+# starts from a deploy of it. Its router's keys file (this tree's is under the router's own account).
+ROUTER_0_3_2_COMMIT = "d2b295788eb748f50ff8c5b1c5bbbb2293931a6e"
+ROUTER_0_3_2_KEYS = "/etc/sglang-fleet/secrets/router.json"
 
 
 def journal_times(unit: str, grep: str, since: float) -> list[float]:
@@ -84,6 +90,15 @@ def startup_lines(restarted: dict[str, Any]) -> list[str]:
     return lines
 
 
+def both_hosts_rolled(run: Run) -> dict[str, Any]:
+    """The rollouts of ct129 and b200 in `run`: their durations summed, and the instances they restarted."""
+    rolls = [roll_task(run, host) for host in ("ct129", "b200")]
+    return {
+        "duration": sum(duration for _, duration in rolls),
+        "instances": sum(len(result["restarted"]) for result, _ in rolls),
+    }
+
+
 def rolling_restart_through_the_gateway() -> dict[str, Any]:
     """Both hosts on the sandbox's network behind ct129's fleet gateway; every instance restarted (a changed
     environment) under load through the gateway, one host at a time; then the sandbox back on loopback. The gateway
@@ -100,12 +115,7 @@ def rolling_restart_through_the_gateway() -> dict[str, Any]:
             raise RuntimeError(run.failure_messages())
     finally:
         run_playbook("deploy.yml")
-    rolls = [roll_task(run, host) for host in ("ct129", "b200")]
-    return {
-        "duration": sum(duration for _, duration in rolls),
-        "instances": sum(len(result["restarted"]) for result, _ in rolls),
-        **report,
-    }
+    return {**both_hosts_rolled(run), **report}
 
 
 def container_address(host: str) -> str:
@@ -145,11 +155,66 @@ def rolling_restart_with_a_mesh_gateway_stopped() -> dict[str, Any]:
                 raise RuntimeError(run.failure_messages())
     finally:
         run_playbook("deploy.yml")
-    rolls = [roll_task(run, host) for host in ("ct129", "b200")]
+    return {**both_hosts_rolled(run), "deploy_after_stop": after, **report}
+
+
+def router_entry_point(host: str = "b200") -> str:
+    """The module the host's router unit runs (sglang_router.launch_router: 0.3.2; smg.launch_router: smg), read from
+    the launcher its unit starts (the process's own command line shows only the launcher)."""
+    exec_start = on_host(host, "systemctl", "show", "--property", "ExecStart", "--value", "sglang-router.service")
+    [launcher] = {word for word in exec_start.split() if word.endswith("_launcher.py")}
+    [line] = [line for line in on_host(host, "cat", launcher).splitlines() if line.startswith("ENTRY_POINT = ")]
+    return line.split("=", 1)[1].strip().strip('"')
+
+
+def deploy_the_0_3_2_fleet(tree: Path) -> None:
+    """The sandbox deployed by `ansible-playbook deploy.yml -i inventory/sandbox` from ROUTER_0_3_2_COMMIT, checked
+    out from this clone's history into `tree` (a detached worktree; this tree's venv linked into it)."""
+    git = ["git", "-C", str(ROOT)]
+    subprocess.run([*git, "worktree", "add", "--detach", str(tree), ROUTER_0_3_2_COMMIT], capture_output=True, check=True)
+    (tree / ".venv").symlink_to((ROOT / ".venv").resolve())
+    environment = {**os.environ, "ANSIBLE_CONFIG": str(tree / "ansible.cfg")}
+    deploy = ["ansible-playbook", "deploy.yml", "-i", "inventory/sandbox"]
+    placed = subprocess.run(deploy, cwd=tree, env=environment, capture_output=True, text=True)
+    if placed.returncode != 0:
+        raise RuntimeError(f"the deploy of {ROUTER_0_3_2_COMMIT[:7]} failed: {placed.stdout[-4000:]}{placed.stderr[-2000:]}")
+
+
+def move_from_sglang_router_0_3_2() -> dict[str, Any]:
+    """Issue 39: the sandbox on sglang-router 0.3.2 (deployed from ROUTER_0_3_2_COMMIT), then this tree deployed to both
+    hosts under load through b200's router: the requests that failed, of all, and the window from the first failed
+    request to the last; the router's restarts. The sandbox is left deployed from this tree (again, if the move
+    failed)."""
+    moved = False
+    with tempfile.TemporaryDirectory(prefix="bench-move-") as directory:
+        tree = Path(directory) / "tree"
+        try:
+            deploy_the_0_3_2_fleet(tree)
+            before = router_entry_point()
+            if before != "sglang_router.launch_router":
+                raise RuntimeError(f"{ROUTER_0_3_2_COMMIT[:7]}'s deploy left b200's router on {before}")
+            print(f"the sandbox on sglang-router 0.3.2 ({ROUTER_0_3_2_COMMIT[:7]}); the move starts", file=sys.stderr)
+            started = time.time()
+            with load_through_router(ROUTER, keys_file=ROUTER_0_3_2_KEYS) as report:
+                time.sleep(3)
+                seconds, run = timed(lambda: run_playbook("deploy.yml"))
+                time.sleep(3)
+            if run.rc != 0:
+                raise RuntimeError(run.failure_messages())
+            moved = True
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+            if not moved:
+                run_playbook("deploy.yml")
+    after = router_entry_point()
+    if after != "smg.launch_router":
+        raise RuntimeError(f"the move left b200's router on {after}")
+    failed_from, failed_until = report["failed_from"], report["failed_until"]
     return {
-        "duration": sum(duration for _, duration in rolls),
-        "instances": sum(len(result["restarted"]) for result, _ in rolls),
-        "deploy_after_stop": after,
+        "deploy": seconds,
+        "changed": run.changed_count(),
+        "router_restarts": len(journal_times("sglang-router.service", "^Started ", started)),
+        "window": failed_until - failed_from if failed_from is not None else 0.0,
         **report,
     }
 
@@ -198,6 +263,15 @@ def out_of_rotation(roll: dict[str, Any]) -> int:
     return int(roll["instances"] - roll["fewest_in_rotation"])
 
 
+def move_line(move: dict[str, Any]) -> str:
+    return (
+        f"  move from sglang-router 0.3.2 to smg (deploy of both hosts, {move['deploy']:.1f} s, changed "
+        f"{move['changed']}; b200's router started {move['router_restarts']} time(s)): {move['failed']} of "
+        f"{move['requests']} requests through b200's router failed, within {move['window']:.2f} s; "
+        f"by error: {move['error_counts']}"
+    )
+
+
 def figures(values: list[float]) -> str:
     return f"median {statistics.median(values):.1f} s ({', '.join(f'{v:.1f}' for v in values)})"
 
@@ -212,6 +286,7 @@ def main() -> int:
     settled, redeploys, setups = noop_redeploy()
     fleet = rolling_restart_through_the_gateway()
     mesh = rolling_restart_with_a_mesh_gateway_stopped()
+    move = move_from_sglang_router_0_3_2()
     noticing = first["noticing"] + back["noticing"]
     workers = first["instances"]
     print(f"sglang-fleet rollout benchmark (sandbox b200: {workers} simulator workers behind sglang-router, 4 clients)")
@@ -236,8 +311,10 @@ def main() -> int:
     print(
         f"  rolling restart, two mesh gateways (ct129 + b200), b200's stopped under load: {mesh['duration']:.1f} s "
         f"for {mesh['instances']} instances, {mesh['failed']} of {mesh['requests']} requests failed for a client that "
-        f"retries on the other gateway ({mesh['retried']} retried; failed attempts by gateway: {mesh['failed_by_router']})"
+        f"retries on the other gateway ({mesh['retried']} retried; failed attempts by gateway: {mesh['failed_by_router']}), "
+        f"{out_of_rotation(mesh)} worker(s) out of rotation at most"
     )
+    print(move_line(move))
     print(
         f"  no-op redeploy (2 hosts, changed=0 in each run; the settling deploy before changed {settled}) "
         f"{figures(redeploys)}; "
@@ -250,5 +327,10 @@ def main() -> int:
 if __name__ == "__main__":
     if sys.argv[1:] == ["mesh"]:  # that piece alone (issue 39)
         print(rolling_restart_with_a_mesh_gateway_stopped())
+        sys.exit(0)
+    if sys.argv[1:] == ["move"]:  # that piece alone (issue 39)
+        move = move_from_sglang_router_0_3_2()
+        print(move_line(move))
+        print(move)
         sys.exit(0)
     sys.exit(main())

@@ -545,7 +545,7 @@ class Workspace:
     def launch(self, argv: list[str], **extra: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, "-m", "sglang_simulator", *argv],
-            env=self.env.environ(**FAST, **self.version_env, **extra),
+            env=self.env.environ(**{**FAST, **self.version_env, **extra}),  # extra wins
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

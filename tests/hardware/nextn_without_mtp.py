@@ -217,15 +217,15 @@ Launch = tuple[list[str], Json]  # (argv, the stage record's fields: model, port
 
 
 def serve_all(run: Run, launches: dict[str, Launch], record: Json, stagger_s: float = 0.0,
-              exchange: Callable[[Run, str, int, Json], None] = exchange_and_record) -> None:
-    """Launch every server (`stagger_s` apart), wait until each is ready or has exited, then record each at once
-    (`finish`): failures in `stages.failures`, outcomes in `record`."""
+              exchange: Callable[[Run, str, int, Json], None] = exchange_and_record, scheme: str = "http") -> None:
+    """Launch every server (`stagger_s` apart), wait until each is ready or has exited (its health routes asked over
+    `scheme`), then record each at once (`finish`): failures in `stages.failures`, outcomes in `record`."""
     failures: Json = {}
     run.summary["stages"]["failures"] = failures
     servers: dict[str, tuple[Server, HealthRecorder]] = {}
     for tag, (argv, fields) in launches.items():
         server = Server(run, tag, argv, {})
-        health = HealthRecorder(server, f"http://127.0.0.1:{fields['port']}", time.time() + READY_S)
+        health = HealthRecorder(server, f"{scheme}://127.0.0.1:{fields['port']}", time.time() + READY_S)
         health.start()
         servers[tag] = (server, health)
         run.summary["stages"][tag] = {"t_start_s": run.now(), "cmd": server.cmd, **fields}

@@ -5,7 +5,8 @@ With a model (a router in front of several models routes by it), the clients use
 name it; without, SGLang's /generate. An https router (the fleet gateway over TLS) is verified with the CA file.
 Clients send /generate requests until /tmp/stop-load exists or the time is up; a sampler counts the
 router's healthy workers every 0.2 s. Prints one JSON line: requests, failed, first errors, fewest and most
-workers in rotation.
+workers in rotation, and when the first and the last failed request ended (`failed_from`, `failed_until`: the
+host's clock, seconds since the epoch; null when none failed) and how many failed with each error (`error_counts`).
 
 Several router URLs, comma-separated (the fleet gateways of a mesh, issue 39): a client that retries on the other
 gateway. Each request goes to the gateway that last answered it and, when that one fails (refused, reset, no answer,
@@ -35,6 +36,8 @@ deadline = time.monotonic() + SECONDS
 counts = {"requests": 0, "failed": 0, "retried": 0}
 failed_by_router = dict.fromkeys(ROUTERS, 0)
 errors: list[str | None] = []
+failed_at: list[float] = []  # when the first and the last failed request ended
+error_counts: dict[str, int] = {}
 in_rotation: list[int] = []
 lock = threading.Lock()
 
@@ -69,6 +72,8 @@ def client(number: int) -> None:
             counts["retried"] += 1 if ok and tried else 0
             if not ok:
                 counts["failed"] += 1
+                failed_at[1:] = [time.time()]  # the first one stays, the last one is replaced
+                error_counts[str(error)] = error_counts.get(str(error), 0) + 1
                 if len(errors) < 5:
                     errors.append(error)
 
@@ -124,6 +129,9 @@ print(
             "errors": errors,
             "fewest_in_rotation": min(in_rotation or [0]),
             "most_in_rotation": max(in_rotation or [0]),
+            "failed_from": failed_at[0] if failed_at else None,
+            "failed_until": failed_at[-1] if failed_at else None,
+            "error_counts": error_counts,
             **({"failed_by_router": failed_by_router} if len(ROUTERS) > 1 else {}),
         }
     )

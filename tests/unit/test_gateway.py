@@ -4,6 +4,7 @@ rollout drains them from, the problems preflight reports, and how another host r
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -207,16 +208,17 @@ def tls_settings(gateway: bool, cert: str, key: str, ca: str) -> dict[str, objec
     return {"gateway": gateway, "cert": cert, "key": key, "ca": ca, "ca_dir": CA_DIR}
 
 
-def test_the_gateways_certificate_and_key_are_the_routers_account_to_read_and_the_ca_every_hosts() -> None:
-    tls = sglang_gateway_tls("ct129", tls_settings(True, "/c/gw.pem", "/c/gw.key", "/c/ca.pem"), ACCOUNT)
+def test_the_gateways_certificate_and_key_are_the_routers_account_to_read_and_the_ca_every_hosts(tmp_path: Path) -> None:
+    gw_pem, gw_key, ca_pem = pem_files(tmp_path, "gw.pem", "gw.key", "ca.pem")
+    tls = sglang_gateway_tls("ct129", tls_settings(True, gw_pem, gw_key, ca_pem), ACCOUNT)
     assert tls["enabled"] and tls["problems"] == [] and tls["absent"] == []
     # In the router's folder, root:<router's group> 0640: its account reads them, the servers' account does not.
     folder = "/etc/sglang-router"
     assert tls["files"] == [
-        {"src": "/c/gw.pem", "dest": f"{folder}/gateway-tls.pem", "owner": "root", "group": "sglang-router", "mode": "0640"},
-        {"src": "/c/gw.key", "dest": f"{folder}/gateway-tls.key", "owner": "root", "group": "sglang-router", "mode": "0640",
+        {"src": gw_pem, "dest": f"{folder}/gateway-tls.pem", "owner": "root", "group": "sglang-router", "mode": "0640"},
+        {"src": gw_key, "dest": f"{folder}/gateway-tls.key", "owner": "root", "group": "sglang-router", "mode": "0640",
          "private": True},
-        {"src": "/c/ca.pem", "dest": f"{CA_DIR}/gateway-ca.pem", "owner": "root", "group": "root", "mode": "0644"},
+        {"src": ca_pem, "dest": f"{CA_DIR}/gateway-ca.pem", "owner": "root", "group": "root", "mode": "0644"},
     ]  # fmt: skip
     assert (tls["cert_path"], tls["key_path"], tls["ca_file"]) == (
         "/etc/sglang-router/gateway-tls.pem",
@@ -224,7 +226,7 @@ def test_the_gateways_certificate_and_key_are_the_routers_account_to_read_and_th
         f"{CA_DIR}/gateway-ca.pem",
     )
     # Another host: the CA only; the gateway's files are removed where an earlier deploy left them.
-    other = sglang_gateway_tls("b200", tls_settings(False, "/c/gw.pem", "/c/gw.key", "/c/ca.pem"), ACCOUNT)
+    other = sglang_gateway_tls("b200", tls_settings(False, gw_pem, gw_key, ca_pem), ACCOUNT)
     assert [file["dest"] for file in other["files"]] == [f"{CA_DIR}/gateway-ca.pem"]
     assert other["absent"] == ["/etc/sglang-router/gateway-tls.pem", "/etc/sglang-router/gateway-tls.key"]
     assert (other["enabled"], other["cert_path"], other["ca_file"]) == (False, "", f"{CA_DIR}/gateway-ca.pem")
@@ -232,12 +234,24 @@ def test_the_gateways_certificate_and_key_are_the_routers_account_to_read_and_th
     assert (plain["enabled"], plain["files"], plain["ca_file"], len(plain["absent"])) == (False, [], "", 3)
 
 
-def test_the_tls_variables_problems_name_host_and_variable() -> None:
-    [half] = sglang_gateway_tls("ct129", tls_settings(True, "/c/gw.pem", "", ""), ACCOUNT)["problems"]
+def pem_files(folder: Path, *names: str) -> list[str]:
+    """Files on the control node (the filter checks they are there), by their absolute paths."""
+    for name in names:
+        (folder / name).write_text("-----BEGIN CERTIFICATE-----\n")
+    return [str(folder / name) for name in names]
+
+
+def test_the_tls_variables_problems_name_host_and_variable(tmp_path: Path) -> None:
+    [gw_pem] = pem_files(tmp_path, "gw.pem")
+    [half] = sglang_gateway_tls("ct129", tls_settings(True, gw_pem, "", ""), ACCOUNT)["problems"]
     assert half.startswith('ct129 gateway: sglang_gateway_tls_key="": the certificate and its key go together')
-    bad = sglang_gateway_tls("ct129", tls_settings(True, "gw.pem", "/c/gw\n.key", ""), ACCOUNT)
+    bad = sglang_gateway_tls("ct129", tls_settings(True, "gw.pem", f"{tmp_path}/gw\n.key", str(tmp_path)), ACCOUNT)
     assert [line.split(":")[1].split("=")[0].strip() for line in bad["problems"]] == [
         "sglang_gateway_tls_cert",
         "sglang_gateway_tls_key",
-    ]
+        "sglang_gateway_tls_ca",
+    ], "relative, a control character, a folder"
+    missing = sglang_gateway_tls("ct129", tls_settings(True, gw_pem, gw_pem, f"{tmp_path}/ca.pem"), ACCOUNT)["problems"]
+    assert [line.split(":")[0] for line in missing] == ["ct129 gateway"]
+    assert f'sglang_gateway_tls_ca="{tmp_path}/ca.pem": not an absolute path of a file on the control node' in missing[0]
     assert bad["files"] == [], "nothing is written for a plan with a problem"

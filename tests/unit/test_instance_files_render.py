@@ -95,3 +95,46 @@ def test_check_mode_gives_the_content_the_run_would_write_of_each_changed_instan
     written = yaml.safe_load((tmp_path / "written.yml").read_text())
     assert written["planned"] == {str(tmp_path / "new.service"): "ExecStart=/bin/serve new\n", str(tmp_path / "new.env"): None}
     assert not (tmp_path / "new.service").exists(), "check mode writes nothing"
+
+
+def test_a_setting_the_instances_templates_read_is_templated_once_for_all_their_renders(tmp_path: Path) -> None:
+    """Each render would template every variable it reads anew (a setting that is a template compiled again per instance
+    and file): the action templates those that do not name the instance once, and the instance's own per render."""
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates/unit.j2").write_text("{{ shared }} {{ own }} {{ sglang_server_instance.name }}\n")
+    (tmp_path / "templates/env.j2").write_text("{% for word in [shared] %}{{ word }}{% endfor %}\n")
+    counter = tmp_path / "templated"
+    names = ["a", "b", "c"]
+    instances = [
+        {"name": name, "files": {"unit": str(tmp_path / f"{name}.service"), "environment": str(tmp_path / f"{name}.env")}}
+        for name in names
+    ]
+    attributes = {"owner": OWNER, "group": grp.getgrgid(GROUP).gr_name, "mode": "0644", "private": False}
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": {
+                # A line in `counter` each time Ansible templates it.
+                "shared": "{{ lookup('ansible.builtin.pipe', 'echo . >> " + str(counter) + "') }}{{ base }}/x",
+                "base": "/srv",
+                "own": "{{ sglang_server_instance.name | upper }}",
+            },
+            "tasks": [
+                {
+                    "sglang.fleet.sglang_instance_files": {
+                        "instances": instances,
+                        "templates": [{"src": "unit.j2", "file": "unit", **attributes},
+                                      {"src": "env.j2", "file": "environment", **attributes}],
+                    }
+                }
+            ],
+        }
+    ]  # fmt: skip
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    run = local_play(tmp_path / "play.yml")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for name in names:
+        assert (tmp_path / f"{name}.service").read_text() == f"/srv/x {name.upper()} {name}\n"
+        assert (tmp_path / f"{name}.env").read_text() == "/srv/x\n"
+    assert counter.read_text() == ".\n", "templated once, not once per instance and template (6)"

@@ -71,11 +71,16 @@ def test_a_client_that_retries_on_the_other_gateway_loses_no_request(tmp_path: P
     assert report["requests"] > 20 and report["failed"] == 0, report
     assert report["retried"] > 0 and report["failed_by_router"][urls[0]] > 0, "the stopped gateway's requests went on"
     assert report["failed_by_router"][urls[1]] == 0 and report["most_in_rotation"] == 1
+    assert report["failed_from"] is None and report["failed_until"] is None and report["error_counts"] == {}
 
 
 def test_a_client_of_one_gateway_fails_while_it_is_stopped(tmp_path: Path) -> None:
     only = serve()
+    before = time.time()
     report = load([f"http://127.0.0.1:{only.server_address[1]}"], only, tmp_path)
     assert report["failed"] > 0 and report["retried"] == 0 and "failed_by_router" not in report
     # Refused once its port is closed (a request in flight then may be reset).
     assert any("Connection refused" in error for error in report["errors"]), report["errors"]
+    # The failures' window: from the stop (1 s in) to the end of the load (3 s in).
+    assert before + 0.9 < report["failed_from"] < report["failed_until"] - 1 < time.time(), report
+    assert sum(report["error_counts"].values()) == report["failed"], report

@@ -174,3 +174,54 @@ def test_preflight_refuses_a_peer_account_other_than_root_while_hosts_copy_from_
     assert sglang_model_problems("ct129", {}, SOURCE, "root", 1) == []
     assert sglang_model_problems("ct129", {}, SOURCE, user, 0) == [], "no copies between hosts: the account is not used"
     assert sglang_model_problems("ct129", {}, {}, user, 1) == [], "no model: nothing is copied"
+
+
+@pytest.mark.parametrize("root", ['/srv/m"odels', "/srv/m'odels", "/srv/models\n/x", "/srv/\x1bmodels", "srv/models"])
+def test_preflight_refuses_a_model_root_the_fan_out_key_s_forced_command_cannot_hold(root: str) -> None:
+    """Issue 38: the revision's directory goes into the fan-out key's `command="..."` in a sending host's
+    authorized_keys; a quote or a control character there would end the option (or the line) and run what follows."""
+    [line] = sglang_model_problems("ct129", {}, SOURCE, "root", 1, root)
+    assert line.startswith("ct129 host: sglang_model_root=") and "\n" not in line
+    assert "must be an absolute path without control characters or quotes" in line
+    assert sglang_model_problems("ct129", {}, {}, "root", 1, root) == [], "no model: the root is not used"
+    assert sglang_model_problems("ct129", {}, SOURCE, "root", 1, "/srv/my models;x") == [], "the shell's quoting holds it"
+
+
+def sshd_dequote(text: str) -> str:
+    """An authorized_keys option's quoted value as sshd reads it (auth-options.c opt_dequote: only \\" is an escape)."""
+    assert text.startswith('"') and text.endswith('"')
+    out, inner, at = [], text[1:-1], 0
+    while at < len(inner):
+        if inner[at] == "\\" and inner[at + 1 : at + 2] == '"':
+            at += 1
+        out.append(inner[at])
+        at += 1
+    return "".join(out)
+
+
+def test_the_fan_out_key_runs_rrsync_on_the_revision_s_directory_whatever_its_characters() -> None:
+    """The key options tasks/peer_key.yml writes, rendered by Ansible, parsed as ansible.posix.authorized_key keeps
+    them and as sshd and the account's shell read the forced command: rrsync -ro and the directory as one argument."""
+    import shlex
+
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+    from ansible_collections.ansible.posix.plugins.modules.authorized_key import (  # type: ignore[import-untyped]
+        parseoptions,
+    )
+    from fleet import ROOT
+
+    tasks = yaml.safe_load((ROOT / "roles/sglang_model/tasks/peer_key.yml").read_text())
+    options = [task["ansible.posix.authorized_key"]["key_options"] for task in tasks if "ansible.posix.authorized_key" in task]
+    assert len(options) == 2
+    path = "/srv/my models;touch /tmp/owned $(id)/Qwen--Qwen3.6-27B/" + COMMIT
+    for template in options:
+        source = {"path": path}
+        variables = {"_sglang_model_expiry": "20261205190000", "item": "b200", "sglang_model_source": source,
+                     "hostvars": {"b200": {"sglang_model_source": source}}}  # fmt: skip
+        rendered = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(template))
+        parsed = parseoptions(None, rendered)
+        assert list(parsed) == ["restrict", "expiry-time", "command"]
+        [command] = parsed["command"] if isinstance(parsed["command"], list) else [parsed["command"]]
+        assert shlex.split(sshd_dequote(command)) == ["/usr/bin/rrsync", "-ro", path]

@@ -290,8 +290,8 @@ def test_preflight_checks_every_node_reaches_rank_0s_rendezvous_port(node_plan: 
     from ansible_collections.sglang.fleet.plugins.module_utils.multinode import rendezvous_checks, unreached_problems
 
     zero, one = node_plan("ct129")["instances"], node_plan("ct130")["instances"]
-    # Rank 0 listens for the check where nothing listens yet, until its one other node connected.
-    listen = {"instance": "sglang-30000", "group": "big", "port": 25000, "connections": 1, "seconds": 15}
+    # Rank 0 listens for the check where nothing listens yet, until its one other node connected from its address.
+    listen = {"instance": "sglang-30000", "group": "big", "port": 25000, "peers": ["10.0.0.30"], "seconds": 15}
     assert rendezvous_checks(zero, []) == {"listen": [listen], "reach": []}
     # Its running rank 0 (or another program, which the plan names) holds the port: reached as it is.
     assert rendezvous_checks(zero, [{"port": 25000}]) == {"listen": [], "reach": []}
@@ -334,25 +334,63 @@ def test_rank_0_whose_check_listener_could_not_listen_is_a_problem(node_plan: Pl
         assert "rank 0 could not listen on port 25000" in unreached_problems("ct129", [], [result])[0]
 
 
-def test_the_check_listener_says_why_it_cannot_listen() -> None:
-    """Rank 0's listener (roles/sglang_plan/vars/main.yml) run as the task runs it: on a port another socket holds it
-    exits non-zero naming the port; on a free one it accepts its connections and exits 0."""
-    script = yaml.safe_load((ROOT / "roles/sglang_plan/vars/main.yml").read_text())["_sglang_plan_rendezvous_listener"]
-    with socket.create_server(("127.0.0.1", 0)) as holder:
-        port = holder.getsockname()[1]
-        held = subprocess.run([sys.executable, "-c", script, str(port), "1", "2"], capture_output=True, text=True, timeout=30)
-    assert held.returncode != 0 and f"cannot listen on port {port}" in held.stderr
+LISTENER = "_sglang_plan_rendezvous_listener"
+
+
+def listener_script() -> str:
+    script: str = yaml.safe_load((ROOT / "roles/sglang_plan/vars/main.yml").read_text())[LISTENER]
+    return script
+
+
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        free = probe.getsockname()[1]
-    listener = subprocess.Popen([sys.executable, "-c", script, str(free), "1", "20"], stderr=subprocess.PIPE, text=True)
+        return int(probe.getsockname()[1])
+
+
+def connect(port: int, source: str) -> None:
+    """One connection to the listener from the loopback address `source` (the listener may not listen yet)."""
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1, source_address=(source, 0)).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+def test_the_check_listener_says_why_it_cannot_listen() -> None:
+    """Rank 0's listener (roles/sglang_plan/vars/main.yml) run as the task runs it: on a port another socket holds it
+    exits non-zero naming the port; on a free one it accepts its peer's connection and exits 0."""
+    script = listener_script()
+    with socket.create_server(("127.0.0.1", 0)) as holder:
+        port = holder.getsockname()[1]
+        held = subprocess.run([sys.executable, "-c", script, str(port), "2", "127.0.0.1"], capture_output=True, text=True,
+                              timeout=30)  # fmt: skip
+    assert held.returncode != 0 and f"cannot listen on port {port}" in held.stderr
+    free = free_port()
+    listener = subprocess.Popen([sys.executable, "-c", script, str(free), "20", "127.0.0.1"], stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", free), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        connect(free, "127.0.0.1")
+        assert listener.wait(timeout=10) == 0
+    finally:
+        listener.kill()
+
+
+def test_the_check_listener_counts_only_the_other_nodes_connections() -> None:
+    """Issue 38: any host's connection once ended rank 0's listener early, so the nodes' own check then failed and
+    preflight refused them. A connection from another address counts for nothing: the listener waits on for its peers
+    (here 127.0.0.2 and 127.0.0.3: every 127/8 address is the loopback's) and ends once each of them connected."""
+    port = free_port()
+    listener = subprocess.Popen([sys.executable, "-c", listener_script(), str(port), "20", "127.0.0.2 127.0.0.3"], text=True)
+    try:
+        for _ in range(3):
+            connect(port, "127.0.0.1")
+        connect(port, "127.0.0.2")
+        connect(port, "127.0.0.2")
+        time.sleep(1)
+        assert listener.poll() is None, "a stranger's connections, or one peer's twice, ended the check's listener"
+        connect(port, "127.0.0.3")
         assert listener.wait(timeout=10) == 0
     finally:
         listener.kill()

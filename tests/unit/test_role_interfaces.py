@@ -106,8 +106,10 @@ def test_each_role_publishes_its_fact_in_its_preflight(role: str) -> None:
             if fact in (task.get("ansible.builtin.set_fact") or {})
         ]
         [value] = [value for file, value in values if file == "preflight"]
+        # A dict, or one expression of a dict literal ({'key': ..., ...}).
+        published = set(value) if isinstance(value, dict) else set(re.findall(r"'(\w+)': ", value))
         added = {key for file, later in values if file == "checks" for key in re.findall(r"combine\(\{'(\w+)'", later)}
-        assert {file for file, _ in values} <= {"preflight", "checks"} and set(value) | added == keys
+        assert {file for file, _ in values} <= {"preflight", "checks"} and published | added == keys
         assert fact in str(spec(role)["preflight"].get("description")), "the spec's preflight entry point documents it"
         assert re.search(rf"`{fact}`", (ROOT / "README.md").read_text())
 

@@ -28,14 +28,22 @@ def server_tls(cert: str = "/c/worker.pem", key: str = "/c/worker.key", ca: str 
     return sglang_server_tls("b200", settings)
 
 
-def test_the_instances_certificate_and_key_are_the_servers_group_to_read_and_root_s_to_write() -> None:
-    tls = server_tls()
+def control_node_files(folder: Path, *names: str) -> list[str]:
+    """PEM files on the control node (the filter checks they are files there), by their absolute paths."""
+    for name in names:
+        (folder / name).write_text("-----BEGIN CERTIFICATE-----\n")
+    return [str(folder / name) for name in names]
+
+
+def test_the_instances_certificate_and_key_are_the_servers_group_to_read_and_root_s_to_write(tmp_path: Path) -> None:
+    cert, key, ca = control_node_files(tmp_path, "worker.pem", "worker.key", "ca.pem")
+    tls = server_tls(cert, key, ca)
     assert tls["enabled"] and tls["problems"] == [] and tls["absent"] == []
     assert tls["files"] == [
-        {"src": "/c/worker.pem", "dest": f"{SECRETS}/server-tls.pem", "owner": "root", "group": "sglang", "mode": "0640"},
-        {"src": "/c/worker.key", "dest": f"{SECRETS}/server-tls.key", "owner": "root", "group": "sglang", "mode": "0640",
+        {"src": cert, "dest": f"{SECRETS}/server-tls.pem", "owner": "root", "group": "sglang", "mode": "0640"},
+        {"src": key, "dest": f"{SECRETS}/server-tls.key", "owner": "root", "group": "sglang", "mode": "0640",
          "private": True},
-        {"src": "/c/ca.pem", "dest": f"{HELPERS}/server-ca.pem", "owner": "root", "group": "root", "mode": "0644"},
+        {"src": ca, "dest": f"{HELPERS}/server-ca.pem", "owner": "root", "group": "root", "mode": "0644"},
     ]  # fmt: skip
     assert (tls["cert_path"], tls["key_path"], tls["ca_file"]) == (
         f"{SECRETS}/server-tls.pem",
@@ -48,13 +56,15 @@ def test_the_instances_certificate_and_key_are_the_servers_group_to_read_and_roo
     assert plain["absent"] == [f"{SECRETS}/server-tls.pem", f"{SECRETS}/server-tls.key", f"{HELPERS}/server-ca.pem"]
 
 
-def test_the_instances_tls_variables_problems_name_host_and_variable_and_write_nothing() -> None:
-    [half] = server_tls(key="")["problems"]
+def test_the_instances_tls_variables_problems_name_host_and_variable_and_write_nothing(tmp_path: Path) -> None:
+    cert, ca = control_node_files(tmp_path, "worker.pem", "ca.pem")
+    [half] = server_tls(cert, "", ca)["problems"]
     assert half.startswith('b200 host: sglang_server_tls_key="": the certificate and its key go together')
     assert "set both sglang_server_tls_cert and sglang_server_tls_key" in half
-    bad = server_tls(cert="worker.pem", ca="/c/ca\n.pem")
+    bad = server_tls(cert="worker.pem", key=f"{tmp_path}/missing.key", ca=f"{tmp_path}/ca\n.pem")
     assert [line.split(":")[1].split("=")[0].strip() for line in bad["problems"]] == [
         "sglang_server_tls_cert",
+        "sglang_server_tls_key",
         "sglang_server_tls_ca",
     ]
     assert bad["files"] == [] and not bad["enabled"]

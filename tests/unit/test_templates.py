@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -295,7 +296,7 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
         for task in server_preflight
         if "sglang_service" in task.get("ansible.builtin.set_fact", {})
     ]
-    assert service["helper_dir"] == "{{ _sglang_server_helper_dir }}"
+    assert "'helper_dir': _sglang_server_helper_dir," in service
     assert (ROUTER / "files/sglang_router_launcher.py").is_file()
 
 
@@ -472,14 +473,20 @@ def test_every_server_text_variable_a_template_renders_is_checked_for_control_ch
     rendered = "".join(path.read_text() for path in (SERVER / "templates").glob("*.j2")) + (SERVER / "vars/main.yml").read_text()
     texts = {name for name, value in defaults.items() if isinstance(value, (str, list)) and name in rendered}
     tasks = yaml.safe_load((SERVER / "tasks/checks.yml").read_text())
-    (task,) = [task for task in tasks if "sglang_server_text_variables" in task.get("vars", {})]
-    checked = set(task["vars"]["sglang_server_text_variables"])
+    (problems,) = [
+        task["ansible.builtin.set_fact"]["sglang_server_preflight_problems"]
+        for task in tasks
+        if "sglang_server_preflight_problems" in task.get("ansible.builtin.set_fact", {})
+    ]
+    # The filter's dict of each variable by its name (a literal in the expression: no template per variable).
+    (variables,) = re.findall(r"systemd_text_problems\(\{(.*?)\}", problems, re.DOTALL)
+    checked = {name for name, value in re.findall(r"'(\w+)': (\w+)", variables) if name == value}
     # The instances' TLS files are control-node paths the filter sglang_server_tls checks (module_utils/tls.py:
     # given_path, tests/unit/test_server_tls.py); no unit line renders them, only the installed paths.
     checked |= {"sglang_server_tls_cert", "sglang_server_tls_key", "sglang_server_tls_ca"}
-    assert "_sglang_server_tls.problems" in task["ansible.builtin.set_fact"]["sglang_server_preflight_problems"]
+    assert "_sglang_server_tls.problems" in problems
     assert texts and texts <= checked, texts - checked
-    assert "sglang_server_read_write_paths" in task["ansible.builtin.set_fact"]["sglang_server_preflight_problems"]
+    assert "sglang_api_key" in checked, "shown as <hidden>"
 
 
 def test_the_api_key_file_is_root_s_and_only_the_servers_group_reads_it() -> None:

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import ssl
 import sys
 import threading
@@ -76,18 +77,45 @@ def _report(log: LogAdapter, exc: StartupError, *, scheduler: bool) -> None:
         log.error("simulator: %s", line)
 
 
+def _loopback(host: str) -> str:
+    """``server_args.url()``'s host: loopback for a bind to every address, IPv6 bracketed."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def _ssl_verify(ca_file: str | None) -> ssl.SSLContext:
+    """The client side of ``server_args.ssl_verify()`` for SGLang's requests to itself: the --ssl-ca-certs
+    file and the host name checked, or no check at all without one."""
+    context = ssl.create_default_context(cafile=ca_file or None)
+    if not ca_file:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _tls_refusal(address: str, port: int, ca_file: str | None) -> str:
+    """'' when GET /model_info over https passes the client's certificate check (``_ssl_verify``); else the
+    certificate error, as ``repr`` shows it."""
+    context = _ssl_verify(ca_file)
+    try:
+        with (
+            socket.create_connection((address.strip("[]"), port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname=address.strip("[]")),
+        ):
+            return ""
+    except ssl.SSLCertVerificationError as exc:
+        return repr(exc)
+    except OSError:
+        return ""  # not a certificate matter: the warm-up that follows meets it
+
+
 def _warmup_chat(host: str, port: int, settings: Mapping[str, Any]) -> tuple[int, str]:
     """A multimodal model's warm-up: a chat completion sent to the server itself (real SGLang's carries
     an image as well; the simulator reads none). Its status and body."""
-    address = (
-        "127.0.0.1"
-        if host in ("0.0.0.0", "")
-        else "[::1]"
-        if host == "::"
-        else f"[{host}]"
-        if ":" in host
-        else host
-    )
+    address = _loopback(host)
     body = {
         "model": settings["served_model_name"],
         "max_tokens": 8,
@@ -106,12 +134,7 @@ def _warmup_chat(host: str, port: int, settings: Mapping[str, Any]) -> tuple[int
             **({"Authorization": f"Bearer {settings['api_key']}"} if settings.get("api_key") else {}),
         },
     )
-    context = None
-    if scheme == "https":
-        context = ssl.create_default_context(cafile=settings.get("ssl_ca_certs") or None)
-        if not settings.get("ssl_ca_certs"):
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+    context = _ssl_verify(settings.get("ssl_ca_certs")) if scheme == "https" else None
     try:
         with urllib.request.urlopen(request, timeout=60, context=context) as response:
             return int(response.status), response.read().decode(errors="replace")
@@ -250,6 +273,33 @@ class Launch:
             '  File "sglang/srt/entrypoints/http_server.py", in _execute_server_warmup\n'
             '    assert res.status_code == 200, f"{res.text}"\n'
             f"AssertionError: {answer}\n"
+        )
+        sys.stderr.flush()
+        return self._kill_tree()
+
+    def _poll_model_info_over_tls(self, host: str, port: int, settings: Mapping[str, Any]) -> str | None:
+        """``_execute_server_warmup``'s wait: up to 120 tries of GET /model_info over https, verified as
+        ``ssl_verify()`` says (the --ssl-ca-certs file and the host name, else nothing), each after a pause
+        (its 1 s: the warm-up knob). '' once a try passes; the last certificate error when none did
+        (tests/recordings/sglang-0.5.17-h100-tls: a certificate that does not name 127.0.0.1 fails 120 s
+        later); None when stopped meanwhile."""
+        error = ""
+        for attempt in range(120):
+            if attempt and self._wait(self.knobs.warmup_seconds):
+                return None
+            error = _tls_refusal(_loopback(host), port, settings.get("ssl_ca_certs"))
+            if not error:
+                return ""
+        return error
+
+    def _warmup_failed_tls(self, host: str, port: int, error: str) -> int:
+        """The wait above gave up: requests' SSLError as the traceback's last line; the tree is killed."""
+        self.log.error("Initialization failed. warmup error: Traceback (most recent call last):")
+        sys.stderr.write(
+            '  File "sglang/srt/entrypoints/http_server.py", in _execute_server_warmup\n'
+            "requests.exceptions.SSLError: "
+            f"HTTPSConnectionPool(host='{_loopback(host).strip('[]')}', port={port}): "
+            f"Max retries exceeded with url: /model_info (Caused by SSLError({error}))\n"
         )
         sys.stderr.flush()
         return self._kill_tree()
@@ -441,6 +491,12 @@ class Launch:
             self.log.info(
                 "SSL enabled: certfile=%s, keyfile=%s", settings["ssl_certfile"], settings.get("ssl_keyfile")
             )
+            if not settings.get("ssl_ca_certs") and not settings.get("skip_server_warmup"):
+                self.log.warning(  # server_args.ssl_verify(), from the warm-up thread
+                    "SSL is enabled but --ssl-ca-certs was not provided. Certificate verification is "
+                    "DISABLED for internal health checks. For production deployments, provide --ssl-ca-certs "
+                    "or use CA-signed certificates."
+                )
         try:
             tls = uvicorn_tls(settings)
         except OSError as exc:  # ssl.SSLError too: a key that is not the certificate's, a wrong password
@@ -468,6 +524,12 @@ class Launch:
         if not settings.get("skip_server_warmup"):
             if self._wait(self.knobs.warmup_seconds):
                 return self._shutdown(app)
+            if settings.get("ssl_certfile"):
+                refused = self._poll_model_info_over_tls(host, port, settings)
+                if refused is None:
+                    return self._shutdown(app)
+                if refused:
+                    return self._warmup_failed_tls(host, port, refused)
             if multimodal and not settings.get("skip_tokenizer_init"):
                 status, answer = _warmup_chat(host, port, settings)
                 if status != 200:

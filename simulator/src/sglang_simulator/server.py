@@ -770,6 +770,8 @@ class SimHTTPSServer(SimHTTPServer):
     tls: ssl.SSLContext  # set by make_server
 
     def finish_request(self, request: Any, client_address: Any) -> None:
+        if not self._speaks_tls(request):
+            return
         try:
             wrapped = self.tls.wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError):
@@ -778,6 +780,21 @@ class SimHTTPSServer(SimHTTPServer):
             super().finish_request(wrapped, client_address)
         finally:
             wrapped.close()
+
+    @staticmethod
+    def _speaks_tls(request: socket.socket) -> bool:
+        """Whether the client's first byte opens a TLS handshake (22). Else (plain http, say) what it sent is
+        read, as uvicorn's transport reads it, so that the close is an orderly end, as recorded
+        (`RemoteDisconnected('Remote end closed connection without response')`), not a reset."""
+        try:
+            if request.recv(1, socket.MSG_PEEK) == b"\x16":
+                return True
+            request.settimeout(0.2)
+            while request.recv(65536):
+                pass
+        except OSError:
+            pass
+        return False
 
 
 def uvicorn_tls(settings: Mapping[str, Any]) -> ssl.SSLContext | None:
