@@ -6,9 +6,10 @@ Measures, on b200 behind its router with a bounded load of 4 clients:
 - how long a rolling restart of all seven workers takes, and how many client requests failed meanwhile;
 and, with the sandbox on its network (inventory/sandbox-on-network.yml), a rolling restart of all eight instances of
 both hosts under load through the fleet gateway on ct129, the gateway and b200's workers over https (`python
-tests/bench/bench_rollout.py gateway` alone): failed requests and the most workers out of rotation at once; then the same with two fleet gateways in a mesh, one stopped under load, for a client that retries on the other
-(`python tests/bench/bench_rollout.py mesh` runs that piece alone); and the move of a fleet from sglang-router 0.3.2 to
-smg by a normal deploy, under load through b200's router (`python tests/bench/bench_rollout.py move` alone).
+tests/bench/bench_rollout.py gateway` alone): failed requests and the most workers out of rotation at once; then the
+same with two fleet gateways in a mesh, one stopped under load, for a client that retries on the other (`python
+tests/bench/bench_rollout.py mesh` runs that piece alone); and the move of a fleet from sglang-router 0.3.2 to smg by
+a normal deploy, under load through b200's router (`python tests/bench/bench_rollout.py move` alone).
 """
 
 from __future__ import annotations
@@ -327,8 +328,10 @@ def main() -> int:
 if __name__ == "__main__":
     if sys.argv[1:] == ["gateway"]:  # that piece alone (issue 38: the gateway and b200's workers over https)
         fleet = rolling_restart_through_the_gateway()
-        print(f"{fleet['failed']} of {fleet['requests']} requests failed in {fleet['duration']:.1f} s for {fleet['instances']} "
-              f"instances, {out_of_rotation(fleet)} worker(s) out of rotation at most")
+        print(
+            f"{fleet['failed']} of {fleet['requests']} requests failed in {fleet['duration']:.1f} s for {fleet['instances']} "
+            f"instances, {out_of_rotation(fleet)} worker(s) out of rotation at most"
+        )
         sys.exit(0)
     if sys.argv[1:] == ["mesh"]:  # that piece alone (issue 39)
         print(rolling_restart_with_a_mesh_gateway_stopped())
