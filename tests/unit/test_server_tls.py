@@ -204,3 +204,35 @@ def test_preflight_refuses_a_certificate_that_does_not_name_where_the_instances_
     assert "does not name 10.0.0.9, gpu-b200.example, where the fleet reaches" in line
     [unreadable] = problems("b200", cert=tmp_path / "server.key")
     assert "cannot be read as a PEM certificate" in unreadable
+
+
+def test_a_rotated_certificate_or_key_restarts_the_instances_that_serve_it(plan: Plan) -> None:
+    """SGLang (uvicorn) reads its certificate and key once, at its start. A deploy that writes a new key (one rotated
+    after a compromise) or a certificate of a new CA, and nothing else, restarts every running instance of the host:
+    the probe reads the files' times (the request's mtimes), the instance is stale once they are newer than its
+    process, and in check mode the write says it would roll. Otherwise the old key went on serving, and the routers
+    restarted with a new CA (filter sglang_routers_first) refused every instance."""
+    instance = plan("b200", **TLS)["instances"][0]
+    cert, key = instance["tls_files"]
+    request = sglang_server_request(
+        [instance],
+        {"role_path": "r", "write": True, "templates": [], "files": [], "user": "sglang", "group": "sglang",
+         "extra_groups": [], "home": "/var/lib/sglang", "cache_dir": "/var/cache/sglang", "config_dir": "/etc/sglang-fleet",
+         "helper_dir": HELPERS, "secrets_dir": SECRETS, "unit_dir": "/etc/systemd/system", "nvidia_modprobe": "/usr/bin/x",
+         "devices_unit": "sglang-nvidia-devices.service", "unit_properties": [], "displaced": [], "tls_absent": []},
+    )  # fmt: skip
+    assert {cert, key} <= set(request["read"]["mtimes"])
+    started = "Sat 2026-12-05 11:00:00.000000 UTC"
+    units = {instance["unit"]: {"ActiveState": "active", "UnitFileState": "enabled", "ExecMainStartTimestamp": started}}
+    before = role_decisions.utc_seconds(started) or 0.0
+    unchanged = {path: before - 60 for path, _copy in instance["files"]["last_good"]}
+    assert role_decisions.server_units([instance], {"units": units, "mtimes": unchanged})["stale"] == []
+    rotated = {**unchanged, key: before + 60}
+    assert role_decisions.server_units([instance], {"units": units, "mtimes": rotated})["stale"] == [instance]
+    # In check mode nothing is written: the write's changed paths tell that the instance would roll.
+    decision = role_decisions.server_units([instance], {"units": units, "mtimes": unchanged})
+    written = {"changed": True, "changed_paths": [key], "changed_instances": []}
+    rolling = role_decisions.server_rolling([instance], decision, {"instance_files": written}, check_mode=True)
+    assert rolling["would_roll"] == [instance] and rolling["to_roll"] == [instance]
+    untouched = {"changed": True, "changed_paths": [f"{HELPERS}/server-ca.pem"], "changed_instances": []}
+    assert role_decisions.server_rolling([instance], decision, {"instance_files": untouched}, check_mode=True)["would_roll"] == []
