@@ -117,9 +117,9 @@ def utc_seconds(timestamp: str) -> float | None:
 
 def server_units(instances: Sequence[Mapping[str, Any]], reading: Mapping[str, Any]) -> Decision:
     """The instances' units as `reading` (module sglang_installed's units and mtimes) has them: `stale` (running, and
-    one of the files of its verified set, or its TLS certificate or key, changed after its process started), `stopped` (not running), `failed_units`,
-    `not_enabled` (units), and of those `unknown_units`, the units systemd has no file of (no UnitFileState: in check
-    mode, a unit this run would write)."""
+    one of the files of its verified set, or its TLS certificate or key, changed after its process started), `stopped`
+    (not running), `failed_units`, `not_enabled` (units), and of those `unknown_units`, the units systemd has no file of
+    (no UnitFileState: in check mode, a unit this run would write)."""
     states: Mapping[str, Mapping[str, str]] = reading.get("units") or {}
     changed_at: Mapping[str, float] = reading.get("mtimes") or {}
     active = [unit for unit, state in states.items() if state.get("ActiveState") == "active"]

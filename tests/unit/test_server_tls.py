@@ -236,3 +236,33 @@ def test_a_rotated_certificate_or_key_restarts_the_instances_that_serve_it(plan:
     assert rolling["would_roll"] == [instance] and rolling["to_roll"] == [instance]
     untouched = {"changed": True, "changed_paths": [f"{HELPERS}/server-ca.pem"], "changed_instances": []}
     assert role_decisions.server_rolling([instance], decision, {"instance_files": untouched}, check_mode=True)["would_roll"] == []
+
+
+def test_a_gateway_whose_ca_lacks_this_hosts_ca_is_refused_before_the_switch_to_https(tmp_path: Path) -> None:
+    """The fleet gateway on ct129 verifies b200's instances with ct129's sglang_server_tls_ca (smg's --ca-cert-paths). A
+    CA there that lacks b200's would refuse every instance: the rollout fails and its rollback puts them back over plain
+    http, the keyed gateway's key in the clear (a downgrade anyone who breaks the switch gets). Preflight refuses it,
+    naming the host and the variable; a CA file holding this CA among others is not refused."""
+    pem = "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n"
+    ours, other = tmp_path / "ours.pem", tmp_path / "other.pem"
+    ours.write_text(pem.format("AAAA\nBBBB"))
+    other.write_text(pem.format("CCCC"))
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_text(other.read_text() + pem.format("AAAABBBB"))
+
+    def problems(gateway_ca: Path | None, scheme: str = "https") -> list[str]:
+        instances = [{"name": "sglang-30000", "url": f"{scheme}://127.0.0.1:30000", "remote_url": f"{scheme}://b200:30000"}]
+        gateway = {"url": "https://127.0.0.1:30200", "remote_url": "https://ct129:30200", "bind": "0.0.0.0",
+                   "admin_key": "a", "api_key_digest": KEY}  # fmt: skip
+        hostvars = {
+            "ct129": {"sglang_gateway": gateway, **({"sglang_server_tls_ca": str(gateway_ca)} if gateway_ca else {})},
+            "b200": {"sglang_server_tls_ca": str(ours)},
+        }
+        return list(sglang_gateway_problems("b200", ["ct129"], hostvars, ["ct129", "b200"], ["ct129", "b200"], instances,
+                                            "0.0.0.0", KEY))  # fmt: skip
+
+    [line] = problems(other)
+    assert line.startswith(f'b200 host: sglang_server_tls_ca="{ours}": the gateway on ct129 verifies this host\'s instances')
+    assert "give ct129 a sglang_server_tls_ca that holds this CA" in line
+    assert len(problems(None)) == 1, "a gateway with the system's CAs only"
+    assert problems(ours) == [] and problems(bundle) == []
