@@ -264,7 +264,9 @@ def sglang_server_request(instances: Sequence[Mapping[str, Any]], settings: Mapp
                       *(settings.get("tls_absent") or [])],
             "units": [*(instance["unit"] for instance in instances), settings["devices_unit"]],
             "unit_properties": list(settings["unit_properties"]),
-            "mtimes": [pair[0] for instance in instances for pair in instance["files"]["last_good"]],
+            # And the instances' TLS certificate and key, which they read at their start (role_decisions.server_units).
+            "mtimes": list(dict.fromkeys([*(pair[0] for instance in instances for pair in instance["files"]["last_good"]),
+                                          *(path for instance in instances for path in instance.get("tls_files") or [])])),
         },
         "decide": {
             "instances": list(instances),

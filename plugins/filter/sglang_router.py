@@ -6,6 +6,7 @@ import hashlib
 import ipaddress
 import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,6 +17,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.problems import probl
 from ansible_collections.sglang.fleet.plugins.module_utils.tls import (
     SERVER_CA,
     certificate_facts,
+    given_path,
     names_address,
     pem_files,
     server_tls_paths,
@@ -247,6 +249,7 @@ def sglang_gateway_problems(
                     for instance in instances
                     if str(instance.get("remote_url") or "").startswith("http://")
                 ]
+            found += _worker_ca_problems(hostvars, host, gateway, instances)
             if published.get("api_key_digest") != api_key_digest:
                 found.append(
                     (
@@ -280,6 +283,38 @@ def sglang_gateway_problems(
                 )
             )
     return [problem_line(host, *problem) for problem in found]
+
+
+def _certificates(path: Any) -> set[str]:
+    """The PEM certificates of a CA file on the control node (each without its whitespace); none for no readable file."""
+    try:
+        text = Path(str(path)).read_text() if given_path(path) else ""
+    except (OSError, ValueError):
+        return set()
+    blocks = text.split("-----BEGIN CERTIFICATE-----")[1:]
+    return {"".join(block.split("-----END CERTIFICATE-----")[0].split()) for block in blocks}
+
+
+def _worker_ca_problems(
+    hostvars: Mapping[str, Any], host: str, gateway: str, instances: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, str, Any, str, str]]:
+    """A gateway on another host verifies this host's instances over https with its own host's CA (smg's
+    --ca-cert-paths: that host's sglang_server_tls_ca): one that lacks a certificate of this host's CA would refuse every
+    instance, the rollout fail, and its rollback put them back over plain http, the gateway's key in the clear."""
+    ca = (hostvars.get(host) or {}).get("sglang_server_tls_ca") or ""
+    ours, theirs = _certificates(ca), _certificates(hostvars[gateway].get("sglang_server_tls_ca") or "")
+    if not ours or ours <= theirs or not any(str(item.get("remote_url") or "").startswith("https://") for item in instances):
+        return []
+    return [
+        (
+            "host",
+            "sglang_server_tls_ca",
+            ca,
+            f"the gateway on {gateway} verifies this host's instances over https with its host's sglang_server_tls_ca, "
+            "which lacks this CA: it would refuse them (a failed switch to https rolls back to plain http)",
+            f"give {gateway} a sglang_server_tls_ca that holds this CA (the same file for the fleet: group_vars)",
+        )
+    ]
 
 
 def sglang_gateway_routes(

@@ -140,8 +140,10 @@ def as_verified(instance: Mapping[str, Any]) -> dict[str, Any]:
     """The instance as its last verified files serve it: what runs until the rollout restarts it (the routers know it
     by these URLs), and what a rollback restores. Its `url` and `remote_url` are https where the last verified unit's
     command line has --ssl-certfile (SGLang then serves only https), else http: the run that turns TLS on (or off)
-    writes the other scheme. As planned where it has no verified copy (it never passed verification)."""
-    unit = _read(instance["files"]["last_good"][0][1])
+    writes the other scheme. As planned where it has no verified copy (it never passed verification), or carries no
+    files at all (playbooks/remove.yml's leaving instances, found from their units: filter sglang_leaving_instances)."""
+    last_good = (instance.get("files") or {}).get("last_good")
+    unit = _read(last_good[0][1]) if last_good else None
     argv = exec_start(unit.decode(errors="replace")) if unit is not None else None
     if argv is None:
         return dict(instance)

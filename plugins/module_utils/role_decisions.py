@@ -117,9 +117,9 @@ def utc_seconds(timestamp: str) -> float | None:
 
 def server_units(instances: Sequence[Mapping[str, Any]], reading: Mapping[str, Any]) -> Decision:
     """The instances' units as `reading` (module sglang_installed's units and mtimes) has them: `stale` (running, and
-    one of the files of its verified set changed after its process started), `stopped` (not running), `failed_units`,
-    `not_enabled` (units), and of those `unknown_units`, the units systemd has no file of (no UnitFileState: in check
-    mode, a unit this run would write)."""
+    one of the files of its verified set, or its TLS certificate or key, changed after its process started), `stopped`
+    (not running), `failed_units`, `not_enabled` (units), and of those `unknown_units`, the units systemd has no file of
+    (no UnitFileState: in check mode, a unit this run would write)."""
     states: Mapping[str, Mapping[str, str]] = reading.get("units") or {}
     changed_at: Mapping[str, float] = reading.get("mtimes") or {}
     active = [unit for unit, state in states.items() if state.get("ActiveState") == "active"]
@@ -129,7 +129,10 @@ def server_units(instances: Sequence[Mapping[str, Any]], reading: Mapping[str, A
     for instance in instances:
         state = states.get(instance["unit"], {})
         started = utc_seconds(state.get("ExecMainStartTimestamp", ""))
-        changed = max((changed_at.get(path, 0.0) for path, _copy in instance["files"]["last_good"]), default=0.0)
+        # Its TLS certificate and key too (`tls_files`): SGLang reads them once, at its start (a rotated key would
+        # otherwise go on serving the old one, and a new CA's routers refuse the old certificate).
+        read_at_start = [*(path for path, _copy in instance["files"]["last_good"]), *(instance.get("tls_files") or [])]
+        changed = max((changed_at.get(path, 0.0) for path in read_at_start), default=0.0)
         if state.get("ActiveState") == "active" and started is not None and changed > started:
             stale.append(instance)
     return {
@@ -312,7 +315,14 @@ def server_rolling(
     host_changed = any(changed(registered.get(name)) for name in ("removed_keys", "instance_files", "displaced", "rolled"))
     reread: Mapping[str, Any] = registered.get("reread") or {}
     units = server_units(instances, reread) if reread and not reread.get("skipped") else decision
-    changed_instances = (registered.get("instance_files") or {}).get("changed_instances") or []
+    written = registered.get("instance_files") or {}
+    # An instance whose files change, or whose TLS certificate or key (shared by the host's instances) does.
+    changed_paths = set(written.get("changed_paths") or [])
+    changed_instances = [
+        instance["name"]
+        for instance in instances
+        if instance["name"] in (written.get("changed_instances") or []) or changed_paths & set(instance.get("tls_files") or [])
+    ]
     stopped = [instance["unit"] for instance in units["stopped"]]
     would_roll = [instance for instance in instances if instance["name"] in changed_instances and instance["unit"] not in stopped]
     rolling = would_roll if check_mode and not leftovers else units["stale"]

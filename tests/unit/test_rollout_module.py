@@ -666,3 +666,18 @@ def test_a_failed_rollout_names_its_instance_in_a_key_fail_json_keeps(tmp_path: 
     result = exited.value.args[0]
     assert result["failed"] is True and result["failed_instance"] == "sglang-30000"
     assert result["msg"].startswith("Rollout stopped at sglang-30000: no tokens. Rollback: sglang-30000: restored.")
+
+
+def test_remove_stops_a_leaving_hosts_instances_which_carry_no_files(params: dict[str, Any]) -> None:
+    """playbooks/remove.yml hands the rollout the instances found from their units (filter sglang_leaving_instances):
+    name, unit and URLs, no `files`. Stopping them leaves the routers by those URLs; it does not fail on the missing
+    verified copy."""
+    from ansible_collections.sglang.fleet.plugins.module_utils.rollout_plan import leaving_instances
+
+    log: list[str] = []
+    host = fake_host(log, FakeServers(log))
+    host.routers = [FakeRouter(log), FakeRouter(log, "gateway", "remote_url")]
+    leaving = leaving_instances(["/etc/systemd/system/sglang-30000.service"], "0.0.0.0", "b200", tls=True)
+    assert "files" not in leaving[0]
+    assert module.stop(host, leaving, params) == ["sglang-30000"]
+    assert log == ["router-remove 30000", "gateway-remove 30000", "stop sglang-30000.service"]

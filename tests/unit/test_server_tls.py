@@ -204,3 +204,65 @@ def test_preflight_refuses_a_certificate_that_does_not_name_where_the_instances_
     assert "does not name 10.0.0.9, gpu-b200.example, where the fleet reaches" in line
     [unreadable] = problems("b200", cert=tmp_path / "server.key")
     assert "cannot be read as a PEM certificate" in unreadable
+
+
+def test_a_rotated_certificate_or_key_restarts_the_instances_that_serve_it(plan: Plan) -> None:
+    """SGLang (uvicorn) reads its certificate and key once, at its start. A deploy that writes a new key (one rotated
+    after a compromise) or a certificate of a new CA, and nothing else, restarts every running instance of the host:
+    the probe reads the files' times (the request's mtimes), the instance is stale once they are newer than its
+    process, and in check mode the write says it would roll. Otherwise the old key went on serving, and the routers
+    restarted with a new CA (filter sglang_routers_first) refused every instance."""
+    instance = plan("b200", **TLS)["instances"][0]
+    cert, key = instance["tls_files"]
+    request = sglang_server_request(
+        [instance],
+        {"role_path": "r", "write": True, "templates": [], "files": [], "user": "sglang", "group": "sglang",
+         "extra_groups": [], "home": "/var/lib/sglang", "cache_dir": "/var/cache/sglang", "config_dir": "/etc/sglang-fleet",
+         "helper_dir": HELPERS, "secrets_dir": SECRETS, "unit_dir": "/etc/systemd/system", "nvidia_modprobe": "/usr/bin/x",
+         "devices_unit": "sglang-nvidia-devices.service", "unit_properties": [], "displaced": [], "tls_absent": []},
+    )  # fmt: skip
+    assert {cert, key} <= set(request["read"]["mtimes"])
+    started = "Sat 2026-12-05 11:00:00.000000 UTC"
+    units = {instance["unit"]: {"ActiveState": "active", "UnitFileState": "enabled", "ExecMainStartTimestamp": started}}
+    before = role_decisions.utc_seconds(started) or 0.0
+    unchanged = {path: before - 60 for path, _copy in instance["files"]["last_good"]}
+    assert role_decisions.server_units([instance], {"units": units, "mtimes": unchanged})["stale"] == []
+    rotated = {**unchanged, key: before + 60}
+    assert role_decisions.server_units([instance], {"units": units, "mtimes": rotated})["stale"] == [instance]
+    # In check mode nothing is written: the write's changed paths tell that the instance would roll.
+    decision = role_decisions.server_units([instance], {"units": units, "mtimes": unchanged})
+    written = {"changed": True, "changed_paths": [key], "changed_instances": []}
+    rolling = role_decisions.server_rolling([instance], decision, {"instance_files": written}, check_mode=True)
+    assert rolling["would_roll"] == [instance] and rolling["to_roll"] == [instance]
+    untouched = {"changed": True, "changed_paths": [f"{HELPERS}/server-ca.pem"], "changed_instances": []}
+    assert role_decisions.server_rolling([instance], decision, {"instance_files": untouched}, check_mode=True)["would_roll"] == []
+
+
+def test_a_gateway_whose_ca_lacks_this_hosts_ca_is_refused_before_the_switch_to_https(tmp_path: Path) -> None:
+    """The fleet gateway on ct129 verifies b200's instances with ct129's sglang_server_tls_ca (smg's --ca-cert-paths). A
+    CA there that lacks b200's would refuse every instance: the rollout fails and its rollback puts them back over plain
+    http, the keyed gateway's key in the clear (a downgrade anyone who breaks the switch gets). Preflight refuses it,
+    naming the host and the variable; a CA file holding this CA among others is not refused."""
+    pem = "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n"
+    ours, other = tmp_path / "ours.pem", tmp_path / "other.pem"
+    ours.write_text(pem.format("AAAA\nBBBB"))
+    other.write_text(pem.format("CCCC"))
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_text(other.read_text() + pem.format("AAAABBBB"))
+
+    def problems(gateway_ca: Path | None, scheme: str = "https") -> list[str]:
+        instances = [{"name": "sglang-30000", "url": f"{scheme}://127.0.0.1:30000", "remote_url": f"{scheme}://b200:30000"}]
+        gateway = {"url": "https://127.0.0.1:30200", "remote_url": "https://ct129:30200", "bind": "0.0.0.0",
+                   "admin_key": "a", "api_key_digest": KEY}  # fmt: skip
+        hostvars = {
+            "ct129": {"sglang_gateway": gateway, **({"sglang_server_tls_ca": str(gateway_ca)} if gateway_ca else {})},
+            "b200": {"sglang_server_tls_ca": str(ours)},
+        }
+        return list(sglang_gateway_problems("b200", ["ct129"], hostvars, ["ct129", "b200"], ["ct129", "b200"], instances,
+                                            "0.0.0.0", KEY))  # fmt: skip
+
+    [line] = problems(other)
+    assert line.startswith(f'b200 host: sglang_server_tls_ca="{ours}": the gateway on ct129 verifies this host\'s instances')
+    assert "give ct129 a sglang_server_tls_ca that holds this CA" in line
+    assert len(problems(None)) == 1, "a gateway with the system's CAs only"
+    assert problems(ours) == [] and problems(bundle) == []
