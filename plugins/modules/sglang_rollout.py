@@ -279,7 +279,7 @@ import os
 import subprocess
 import time
 import urllib.error
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -650,10 +650,12 @@ def roll_back(host: Host, instance: dict[str, Any], params: dict[str, Any]) -> s
         # It may be back in some routers already (a gateway's rejoin failed after its host's router took it back).
         leave_routers(host, instance, params["drain_timeout"])
         start_and_check(host, [back], params)
-        rejoin_routers(host, back)
+        rejoin_routers(host, back, local_only=downgraded(instance, back))
     except Exception as error:
         return f"restored {', '.join(restored)} but it did not come back: {error}"
-    return f"restored {', '.join(restored)}; the previous configuration is serving again"
+    return f"restored {', '.join(restored)}; the previous configuration is serving again" + (
+        LEFT_OUT if downgraded(instance, back) else ""
+    )
 
 
 def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
@@ -772,6 +774,7 @@ def roll_back_nodes(host: Host, instances: list[dict[str, Any]], params: dict[st
     """A node of the instances failed: every node restores its last verified files and restarts at once, waited for."""
     restored = {instance["name"]: restore(instance) for instance in instances}
     # At the URLs of what they restored (plain http where the failed switch was to https).
+    planned = {instance["name"]: instance for instance in instances}
     back = [in_place.as_verified(instance) for instance in instances if restored[instance["name"]]]
     outcomes = {
         name: "no verified configuration to restore (the instance never passed verification); it is left as it is"
@@ -782,8 +785,14 @@ def roll_back_nodes(host: Host, instances: list[dict[str, Any]], params: dict[st
         try:
             start_and_check(host, back, params)
             for instance in back:
-                rejoin_routers(host, instance)
-            outcomes.update({i["name"]: f"restored {', '.join(restored[i['name']])}; serving again" for i in back})
+                rejoin_routers(host, instance, local_only=downgraded(planned[instance["name"]], instance))
+            outcomes.update(
+                {
+                    i["name"]: f"restored {', '.join(restored[i['name']])}; serving again"
+                    + (LEFT_OUT if downgraded(planned[i["name"]], i) else "")
+                    for i in back
+                }
+            )
         except Exception as error:
             outcomes.update(
                 {i["name"]: f"restored {', '.join(restored[i['name']])} but it did not come back: {error}" for i in back}
@@ -926,12 +935,27 @@ def leave_routers(host: Host, instance: dict[str, Any], timeout: float) -> None:
         drain(host, instance, timeout)
 
 
-def rejoin_routers(host: Host, instance: dict[str, Any]) -> None:
-    """Puts a verified instance back into every router that routes to it."""
+def rejoin_routers(host: Host, instance: dict[str, Any], local_only: bool = False) -> None:
+    """Puts a verified instance back into every router that routes to it; with `local_only`, only those that reach it
+    on its own host (not the fleet gateways on other hosts, which know it by its `remote_url`)."""
     if not instance.get("serves_http", True):
         return
     for router in host.routers:
+        if local_only and router.worker_url == "remote_url":
+            continue
         router.add(instance[router.worker_url], instance.get("served_model_name") or "")
+
+
+def downgraded(planned: Mapping[str, Any], back: Mapping[str, Any]) -> bool:
+    """Whether a rollback put back on plain http an instance the failed run switched to https: the fleet gateways on
+    other hosts would reach it, and send it their key and users' prompts, across the network in the clear (preflight
+    refuses that for a planned fleet), so they do not take it back and the rollout's failure says so."""
+    return str(planned.get("remote_url") or "").startswith("https://") and not str(back.get("remote_url") or "").startswith(
+        "https://"
+    )
+
+
+LEFT_OUT = "; the fleet gateways on other hosts, which reach it over https only, do not take it back over plain http"
 
 
 def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:

@@ -172,7 +172,9 @@ def test_a_failed_switch_to_https_waits_on_and_routes_the_plain_instance_it_rest
 ) -> None:
     """The run that turns TLS on: the routers know the running instance by its plain URL (its last verified unit's), so
     it leaves them by that URL; when the https one fails, the rollback restores the plain files and waits for and puts
-    back the plain URL, never the failed https one (which it would wait on until the timeout)."""
+    back the plain URL, never the failed https one (which it would wait on until the timeout). Only into the routers on
+    its own host: the fleet gateway on another host would reach it, with its key and users' prompts, across the network
+    in the clear, so it does not take it back, and the rollback's outcome says so."""
     log: list[str] = []
     host = fake_host(log, FakeServers(log))
     host.routers = [RouterWithoutTheCA(log), RouterWithoutTheCA(log, "gateway", "remote_url")]
@@ -187,20 +189,20 @@ def test_a_failed_switch_to_https_waits_on_and_routes_the_plain_instance_it_rest
     (tmp_path / "last-good" / "sglang-30000.service").write_text(unit("--port", "30000"))
     result = module.rollout(host, [server], params)
     assert result["failed_instance"] == "sglang-30000" and "serving again" in result["rollback"]["sglang-30000"]
+    assert result["rollback"]["sglang-30000"].endswith("do not take it back over plain http")
     assert log == [
         "router-remove http://127.0.0.1:30000", "gateway-remove http://b200:30000",
         "restart sglang-30000.service", "ready https://127.0.0.1:30000", "router-add https://127.0.0.1:30000",
         "router-remove https://127.0.0.1:30000", "gateway-remove https://b200:30000",
-        "restart sglang-30000.service", "ready http://127.0.0.1:30000",
-        "router-add http://127.0.0.1:30000", "gateway-add http://b200:30000",
+        "restart sglang-30000.service", "ready http://127.0.0.1:30000", "router-add http://127.0.0.1:30000",
     ]  # fmt: skip
     assert "--ssl-certfile" not in (tmp_path / "sglang-30000.service").read_text(), "the plain unit restored"
     # Every node of an instance across hosts, rolled back together, likewise; a reshape's stop leaves by the plain URL.
     (tmp_path / "sglang-30000.service").write_text(unit("--port", "30000", "--ssl-certfile", "/s/tls.pem"))
     del log[:]
-    module.roll_back_nodes(host, [server], params)
-    assert log == ["restart sglang-30000.service", "ready http://127.0.0.1:30000",
-                   "router-add http://127.0.0.1:30000", "gateway-add http://b200:30000"]  # fmt: skip
+    outcomes = module.roll_back_nodes(host, [server], params)
+    assert log == ["restart sglang-30000.service", "ready http://127.0.0.1:30000", "router-add http://127.0.0.1:30000"]
+    assert outcomes["sglang-30000"].endswith("do not take it back over plain http")
     del log[:]
     module.stop(host, [server], params)
     assert log == ["router-remove http://127.0.0.1:30000", "gateway-remove http://b200:30000", "stop sglang-30000.service"]
