@@ -9,7 +9,7 @@ SANDBOX := -i inventory/sandbox
 PYTHON_NEWEST ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12))
 VENV_NEWEST := $(CURDIR)/.venv-newest
 
-.PHONY: help venv docker sandbox sandbox-hosts sandbox-span sandbox-newest sandbox-down sandbox-scale sandbox-scale-down bench-scale sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox ee mirror galaxy-dist galaxy-check
+.PHONY: help venv docker sandbox sandbox-hosts sandbox-span sandbox-newest sandbox-down sandbox-scale sandbox-scale-down bench-scale sandbox-prometheus status lint unit unit-newest molecule integration bench bench-install hardware-bundle test checks-then-molecule-default-then-sandbox molecule-install-then-unit-newest ee mirror galaxy-dist galaxy-check
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -124,15 +124,20 @@ galaxy-check: venv ## The artifact as Galaxy and users get it: galaxy-importer, 
 hardware-bundle: ## Build .hardware/ (SGLang 0.5.17 wheels, stripped, norm for sm_90a) for tests/hardware/run.sh on a GPU
 	python3 tests/hardware/prepare.py
 
-# The real install (a download of several GB, then pip, the longest step) runs beside the checks, the default scenario
-# and the sandbox's first deploy: they neither need nor disturb it, and each scenario has its own containers. The
-# integration suite runs alone (its rollouts wait on the clock), on the sandbox deployed before it.
+# Two chains on the 2 cores. The real install (a download of several GB, then pip) and then the unit tests on the
+# newest ansible-core run beside the checks, the unit tests on 2.19, the default scenario, the sandbox's first deploy
+# and galaxy-check (whose last step needs that deploy): they neither need nor disturb each other (each scenario has its
+# own containers, the two unit runs their own venvs and no pytest cache between them), and the chains take about as
+# long. The integration suite runs alone (its rollouts wait on the clock), on the sandbox deployed before it.
 test: venv docker ## Everything CI runs: lint, unit (ansible-core 2.19 and 2.20), molecule (install beside the others), sandbox, galaxy-check, integration, a sandbox deploy on 2.20
-	$(MAKE) --jobs=2 --output-sync=target checks-then-molecule-default-then-sandbox molecule-install
+	$(MAKE) --jobs=2 --output-sync=target checks-then-molecule-default-then-sandbox molecule-install-then-unit-newest
 	$(MAKE) integration sandbox-newest
 
 checks-then-molecule-default-then-sandbox: venv docker
-	$(MAKE) --jobs=1 lint unit unit-newest molecule-default sandbox galaxy-check
+	$(MAKE) --jobs=1 lint unit molecule-default sandbox galaxy-check
+
+molecule-install-then-unit-newest: venv docker
+	$(MAKE) --jobs=1 molecule-install unit-newest
 
 # olah from its own venv (.mirror-venv/, requirements/mirror.txt) on 127.0.0.1:$MODEL_MIRROR_PORT (18090); stop it with
 # scripts/model-mirror.sh stop.

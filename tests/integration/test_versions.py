@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,13 +35,25 @@ def test_every_release_is_known() -> None:
         assert (ROOT / f"roles/sglang_venv/files/constraints-{version}.txt").is_file(), version
 
 
+@pytest.fixture(scope="module")
+def preflights(sandbox: Run, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """Each release's preflight of both sandbox hosts, four runs at a time (as test_preflight's corpus): a run with
+    --tags preflight installs and writes nothing, so the runs, each with its own inventory, cannot see each other."""
+
+    def preflight(version: str) -> Run:
+        inventory = overlay_inventory(tmp_path_factory.mktemp("release"), group_vars={"sglang_version": version})
+        return run_playbook("deploy.yml", inventory=inventory, tags="preflight")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(RELEASES, pool.map(preflight, RELEASES), strict=True))
+
+
 @pytest.mark.parametrize("version", RELEASES)
-def test_each_release_passes_preflight(sandbox: Run, tmp_path: Path, version: str) -> None:
+def test_each_release_passes_preflight(preflights: dict[str, Run], version: str) -> None:
     """Both sandbox hosts' settings pass preflight against the release's own table (--tags preflight installs
     nothing), and the hosts' simulator stands in for that release when asked to (SGLANG_SIM_VERSION, as the deploy
     sets it from sglang_version)."""
-    inventory = overlay_inventory(tmp_path, group_vars={"sglang_version": version})
-    checked = run_playbook("deploy.yml", inventory=inventory, tags="preflight")
+    checked = preflights[version]
     assert checked.rc == 0, checked.failure_messages()
     plans = {data["host"]: data["res"]["plan"] for data in checked.results() if data["task"].startswith("Gather GPUs")}
     assert sorted(plans) == ["b200", "ct129"]
