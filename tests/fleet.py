@@ -331,3 +331,37 @@ def changed_diffs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     one dict (the rollout's check-mode lines: {"prepared": "<instance>: restart\\n"})."""
     found = [res.get("diff") or [] for res in results if res.get("changed")]
     return [diff for each in found for diff in ([each] if isinstance(each, dict) else each)]
+
+
+def router_settings(host: str = "ct129", **variables: Any) -> dict[str, Any]:
+    """Role sglang_router's `_sglang_router_settings` on `host`, as its preflight's first task renders it (the task's own
+    expression, filter sglang_router_settings) from the role's defaults (its generated admin keys aside) and
+    `variables` (with the server role's sglang_service, sglang_advertise_host and sglang_api_key unless given)."""
+    from ansible.plugins.filter.core import FilterModule as CoreFilters
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import FilterModule as SettingsFilters
+    from jinja2.nativetypes import NativeEnvironment
+
+    environment = NativeEnvironment()
+    environment.filters.update({**CoreFilters().filters(), **collection_filters(SettingsFilters)})
+    role = ROOT / "roles/sglang_router"
+    context: dict[str, Any] = {
+        "inventory_hostname": host,
+        "groups": {},
+        "sglang_router_admin_key": "",
+        "sglang_gateway_admin_key": "",
+        "sglang_service": {"helper_dir": "/usr/local/lib/sglang-fleet", "secrets_dir": "/etc/sglang-fleet/secrets",
+                           "home": "/var/lib/sglang", "user": "sglang", "group": "sglang"},
+        "sglang_advertise_host": "10.0.0.2",
+        "sglang_api_key": "",
+        **yaml.safe_load((role / "vars/main.yml").read_text()),
+    }  # fmt: skip
+    defaults = {name: value for name, value in yaml.safe_load((role / "defaults/main.yml").read_text()).items()
+                if name not in context}  # fmt: skip
+    context.update(variables)
+    for name, value in defaults.items():
+        if name not in variables:
+            context[name] = environment.from_string(value).render(**context) if isinstance(value, str) else value
+    [task] = [task for task in yaml.safe_load((role / "tasks/preflight.yml").read_text())
+              if "_sglang_router_settings" in (task.get("ansible.builtin.set_fact") or {})]  # fmt: skip
+    rendered: dict[str, Any] = environment.from_string(task["ansible.builtin.set_fact"]["_sglang_router_settings"]).render(**context)
+    return rendered
