@@ -155,15 +155,18 @@ CLIENT_PATH = "/tmp/sglang-fleet-router-client"
 
 def install_router_launcher(directory: Path) -> Path:
     """The router's launcher as role sglang_router installs it: with the collection's listeners.py beside it, under the
-    names its vars give them (the launcher carries no copy of that check); the launcher's path."""
-    router_vars = yaml.safe_load((ROOT / "roles/sglang_router/vars/main.yml").read_text())
-    [launcher, listeners] = router_vars["_sglang_router_launcher_files"]
-    assert launcher["dest"] == "{{ _sglang_router_launcher }}" and listeners["dest"] == "{{ _sglang_router_listeners }}"
+    names its settings give them (filter sglang_router_settings's `launcher_files`; the launcher carries no copy of that
+    check); the launcher's path."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import sglang_router_settings
+
+    settings = sglang_router_settings("h", {"host": "127.0.0.1", "port": 1, "gateway_host": "127.0.0.1", "gateway_port": 2,
+                                            "service": {"helper_dir": "/h"}})  # fmt: skip
+    [launcher, listeners] = settings["launcher_files"]
+    assert (launcher["dest"], listeners["dest"]) == (settings["launcher"], settings["listeners"])
     directory.mkdir(parents=True, exist_ok=True)
-    installed = directory / Path(router_vars["_sglang_router_launcher"]).name
+    installed = directory / Path(launcher["dest"]).name
     shutil.copy(ROOT / "roles/sglang_router/files" / launcher["src"], installed)
-    beside = directory / Path(router_vars["_sglang_router_listeners"]).name
-    shutil.copy(ROOT / "plugins/module_utils" / listeners["module_utils"], beside)
+    shutil.copy(ROOT / "plugins/module_utils" / listeners["module_utils"], directory / Path(listeners["dest"]).name)
     return installed
 
 
@@ -363,5 +366,6 @@ def router_settings(host: str = "ct129", **variables: Any) -> dict[str, Any]:
             context[name] = environment.from_string(value).render(**context) if isinstance(value, str) else value
     [task] = [task for task in yaml.safe_load((role / "tasks/preflight.yml").read_text())
               if "_sglang_router_settings" in (task.get("ansible.builtin.set_fact") or {})]  # fmt: skip
-    rendered: dict[str, Any] = environment.from_string(task["ansible.builtin.set_fact"]["_sglang_router_settings"]).render(**context)
+    expression = task["ansible.builtin.set_fact"]["_sglang_router_settings"]
+    rendered: dict[str, Any] = environment.from_string(expression).render(**context)
     return rendered

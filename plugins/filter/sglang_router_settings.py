@@ -78,16 +78,19 @@ def sglang_router_settings(host: str, settings: Mapping[str, Any]) -> dict[str, 
     vocabulary.update(cache=f"{key_dir.rsplit('/', 1)[0]}/router-vocabulary",
                       dest=f"{helper_dir}/o200k_base.tiktoken")  # fmt: skip
     advertise = str(settings.get("advertise") or "")
+    # A digest of the clients' key: a fleet gateway sends its key to every worker, so the hosts it routes to share it.
+    digest = hashlib.sha256(str(settings.get("api_key") or "").encode()).hexdigest()
     published = {
         "url": gateway_url,
         "remote_url": remote_url(str(settings["gateway_host"]), advertise, settings["gateway_port"], tls["enabled"]),
         "bind": settings["gateway_host"],
         "keys_file": KEYS_FILES["gateway"],
         "admin_key": admin_keys["gateway"],
-        "api_key_digest": hashlib.sha256(str(settings.get("api_key") or "").encode()).hexdigest(),
+        "api_key_digest": digest,
         # The address (host:port) the other gateways of a mesh dial, "" on loopback (none asked: status).
         "mesh": urlsplit(remote_url(str(settings["mesh_host"]), advertise, settings["mesh_port"])).netloc
-        if "mesh_host" in settings else "",
+        if "mesh_host" in settings
+        else "",
     }
     return {
         "settings": dict(settings),
@@ -116,6 +119,7 @@ def sglang_router_settings(host: str, settings: Mapping[str, Any]) -> dict[str, 
             "--log-level", str(settings["log_level"]), *sglang_router_flags(dict(settings.get("extra_args") or {})),
         ] if "policy" in settings else [],
         "admin_keys": admin_keys,
+        "api_key_digest": digest,
         "published": published if layout["gateway"] else {},
     }  # fmt: skip
 
@@ -133,7 +137,10 @@ def sglang_router_published(
         "keys_file": router["keys_files"]["router"] if enabled else "",
         "admin_key": router["admin_keys"]["router"] if enabled else "",
         "gateways": sglang_gateway_routes(
-            hostvars, host, [gateway for gateway in layout["gateways"] if gateway in play_hosts], router["tls"]["ca_file"],
+            hostvars,
+            host,
+            [gateway for gateway in layout["gateways"] if gateway in play_hosts],
+            router["tls"]["ca_file"],
             layout["mesh"],
         ),
     }
@@ -146,7 +153,9 @@ def _taken(settings: Mapping[str, Any]) -> dict[int, str]:
     return {settings["port"]: "the router's port", settings["prometheus_port"]: "the router's Prometheus port"}
 
 
-def _mesh(router: Mapping[str, Any], host: str, instances: Sequence[Mapping[str, Any]], listening: Any, peers: Any) -> dict[str, Any]:
+def _mesh(
+    router: Mapping[str, Any], host: str, instances: Sequence[Mapping[str, Any]], listening: Any, peers: Any
+) -> dict[str, Any]:
     """The gateway's mesh on `host` (filter sglang_gateway_mesh): its flags and the problems of its variables."""
     settings = router["settings"]
     return sglang_gateway_mesh(host, {
@@ -178,8 +187,14 @@ def sglang_router_checks(router: Mapping[str, Any], host: str, context: Mapping[
         problems += sglang_router_problems(host, settings["gateway_port"], settings["gateway_prometheus_port"], instances,
                                            listening, settings["gateway_host"], has_key, "gateway", _taken(settings))  # fmt: skip
     problems += sglang_gateway_problems(
-        host, layout["gateways"], context["hostvars"], context["server_hosts"], context["play_hosts"], instances,
-        str(context.get("listen_host") or ""), hashlib.sha256(str(settings.get("api_key") or "").encode()).hexdigest(),
+        host,
+        layout["gateways"],
+        context["hostvars"],
+        context["server_hosts"],
+        context["play_hosts"],
+        instances,
+        str(context.get("listen_host") or ""),
+        router["api_key_digest"],
         layout["mesh"],
     )
     problems += systemd_text_problems(host, {
@@ -189,7 +204,7 @@ def sglang_router_checks(router: Mapping[str, Any], host: str, context: Mapping[
     }, where="router")  # fmt: skip
     problems += sglang_router_secret_args(host, settings.get("extra_args") or {})
     problems += sglang_router_account_problems(host, settings["user"], settings.get("service") or {})
-    return problems + router["tls"]["problems"] + _mesh(router, host, instances, listening, [])["problems"]
+    return [*problems, *router["tls"]["problems"], *_mesh(router, host, instances, listening, [])["problems"]]
 
 
 def sglang_router_probe_request(router: Mapping[str, Any], host: str, context: Mapping[str, Any]) -> dict[str, Any]:
@@ -254,7 +269,8 @@ def sglang_router_leave(host: str, hostvars: Mapping[str, Any], own: Mapping[str
     names = ("sglang_gateway_host", "sglang_gateway_port", "sglang_gateway_tls_cert", "sglang_gateway_tls_ca")
     gateways = []
     for gateway in layout["gateways"]:
-        found = hostvars[gateway] if gateway in hostvars else {}
+        # Not .get(): Ansible's hostvars answers a host outside the inventory with an undefined value, not a KeyError.
+        found = hostvars[gateway] if gateway in hostvars else {}  # noqa: SIM401
         values = {name: found.get(name, own.get(name)) for name in names}
         tls = sglang_gateway_tls(gateway, {"ca": values["sglang_gateway_tls_ca"], "ca_dir": own.get("helper_dir") or ""},
                                  _account(""))  # fmt: skip

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_router_processes
 from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_gateway_mesh
-from fleet import local_play, router_settings
+from fleet import router_settings
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
 MESH = json.loads((RECORDINGS / "smg-1.13.0-mesh/mesh-answers.json").read_text())
@@ -181,8 +180,9 @@ def test_the_mesh_port_clashes_with_the_routers_ports_only_where_the_router_runs
         settings = router_settings("localhost", sglang_gateway_hosts=["localhost", "b200"], sglang_router_enabled=enabled,
                                    sglang_gateway_mesh_host="10.0.0.2", sglang_gateway_mesh_port=30100)  # fmt: skip
         assert settings["layout"]["in_mesh"] is True
-        context = {"instances": [], "listening": [], "hostvars": {"localhost": {}, "b200": {}}, "server_hosts": ["localhost", "b200"],
-                   "play_hosts": ["localhost", "b200"], "listen_host": "0.0.0.0"}  # fmt: skip
+        hosts = ["localhost", "b200"]
+        context = {"instances": [], "listening": [], "hostvars": {"localhost": {}, "b200": {}}, "server_hosts": hosts,
+                   "play_hosts": hosts, "listen_host": "0.0.0.0"}  # fmt: skip
         found[enabled] = [line for line in sglang_router_checks(settings, "localhost", context) if "mesh" in line]
     with_router, without_router = found[True], found[False]
     assert any("sglang_gateway_mesh_port=30100: port 30100 is the router's port" in line for line in with_router)

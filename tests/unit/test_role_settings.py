@@ -162,7 +162,8 @@ def test_the_role_s_processes_are_those_its_templates_gave() -> None:
             return [render(item) for item in value]
         return environment.from_string(value).render(**variables) if isinstance(value, str) else value
 
-    before = render(yaml.safe_load((ROOT / "tests/fixtures/router_processes_templated.yml").read_text())["_sglang_router_processes"])
+    fixture = yaml.safe_load((ROOT / "tests/fixtures/router_processes_templated.yml").read_text())
+    before = render(fixture["_sglang_router_processes"])
     common = {"user": "sglang-router", "group": "sglang-router", "state_dir": "/var/lib/sglang-router",
               "launcher": "/usr/local/lib/sglang-fleet/sglang_router_launcher.py", "helper_dir": "/usr/local/lib/sglang-fleet",
               "policy": "cache_aware",

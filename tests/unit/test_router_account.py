@@ -45,4 +45,5 @@ def test_deploys_preflight_checks_the_routers_account() -> None:
     assert expression.strip().startswith("{{ _sglang_router_settings | sglang.fleet.sglang_router_checks(")
     context = {"hostvars": {}, "server_hosts": ["b200"], "play_hosts": ["b200"]}
     settings = router_settings("b200", sglang_router_user="sglang", sglang_service={**SERVICE, "helper_dir": "/h"})
-    assert any(line.startswith('b200 router: sglang_router_user="sglang"') for line in sglang_router_checks(settings, "b200", context))
+    problems = sglang_router_checks(settings, "b200", context)
+    assert any(line.startswith('b200 router: sglang_router_user="sglang"') for line in problems), problems

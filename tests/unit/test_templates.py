@@ -268,7 +268,6 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     server_tasks = yaml.safe_load((SERVER / "tasks/reconfigure.yml").read_text())
     server_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     router_tasks = yaml.safe_load((ROUTER / "tasks/main.yml").read_text())
-    router_vars = yaml.safe_load((ROUTER / "vars/main.yml").read_text())
     writer_name = "sglang.fleet.sglang_instance_files"
     # The server's helpers are written with its instance files, by one task; the router's launcher with its unit.
     [writer] = [task[writer_name] for task in server_tasks if writer_name in task]
