@@ -364,8 +364,9 @@ def router_settings(host: str = "ct129", **variables: Any) -> dict[str, Any]:
     for name, value in defaults.items():
         if name not in variables:
             context[name] = environment.from_string(value).render(**context) if isinstance(value, str) else value
-    [task] = [task for task in yaml.safe_load((role / "tasks/preflight.yml").read_text())
-              if "_sglang_router_settings" in (task.get("ansible.builtin.set_fact") or {})]  # fmt: skip
-    expression = task["ansible.builtin.set_fact"]["_sglang_router_settings"]
-    rendered: dict[str, Any] = environment.from_string(expression).render(**context)
-    return rendered
+    [expression] = [step["ansible.builtin.set_fact"]["_sglang_router_settings"]
+                    for step in yaml.safe_load((role / "tasks/preflight.yml").read_text())
+                    if "_sglang_router_settings" in (step.get("ansible.builtin.set_fact") or {})]  # fmt: skip
+    # A native environment renders the filter's dict itself (jinja2's stubs type render() as str).
+    rendered: Any = environment.from_string(expression).render(**context)
+    return dict(rendered)

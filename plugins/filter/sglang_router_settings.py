@@ -276,7 +276,7 @@ def sglang_router_leave(host: str, hostvars: Mapping[str, Any], own: Mapping[str
                                  _account(""))  # fmt: skip
         gateways.append({
             "host": gateway,
-            "url": connect_url(str(values["sglang_gateway_host"]), values["sglang_gateway_port"],
+            "url": connect_url(str(values["sglang_gateway_host"]), str(values["sglang_gateway_port"]),
                                bool(values["sglang_gateway_tls_cert"])),
             "keys_file": KEYS_FILES["gateway"],
             "ca_file": tls["ca_file"],

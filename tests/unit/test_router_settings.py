@@ -61,10 +61,11 @@ def test_the_settings_a_gateway_host_publishes_and_the_host_s_router() -> None:
 
 def test_a_gateway_outside_the_run_is_refused_and_routes_nothing() -> None:
     settings = router_settings("b200", sglang_gateway_hosts=["ct129"])
-    context = {"hostvars": {"ct129": {}, "b200": {}}, "server_hosts": ["ct129", "b200"], "play_hosts": ["b200"]}
+    hostvars: dict[str, Any] = {"ct129": {}, "b200": {}}
+    context = {"hostvars": hostvars, "server_hosts": ["ct129", "b200"], "play_hosts": ["b200"]}
     [problem] = sglang_router_checks(settings, "b200", context)
     assert problem.startswith('b200 gateway ct129: sglang_gateway_hosts="ct129": the gateway routes to this host')
-    assert sglang_router_published(settings, "b200", context["hostvars"], ["b200"])["gateways"] == []
+    assert sglang_router_published(settings, "b200", hostvars, ["b200"])["gateways"] == []
 
 
 def test_the_request_s_gateway_dials_its_peers_and_registers_the_run_s_workers() -> None:
