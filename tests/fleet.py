@@ -155,15 +155,18 @@ CLIENT_PATH = "/tmp/sglang-fleet-router-client"
 
 def install_router_launcher(directory: Path) -> Path:
     """The router's launcher as role sglang_router installs it: with the collection's listeners.py beside it, under the
-    names its vars give them (the launcher carries no copy of that check); the launcher's path."""
-    router_vars = yaml.safe_load((ROOT / "roles/sglang_router/vars/main.yml").read_text())
-    [launcher, listeners] = router_vars["_sglang_router_launcher_files"]
-    assert launcher["dest"] == "{{ _sglang_router_launcher }}" and listeners["dest"] == "{{ _sglang_router_listeners }}"
+    names its settings give them (filter sglang_router_settings's `launcher_files`; the launcher carries no copy of that
+    check); the launcher's path."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import sglang_router_settings
+
+    settings = sglang_router_settings("h", {"host": "127.0.0.1", "port": 1, "gateway_host": "127.0.0.1", "gateway_port": 2,
+                                            "service": {"helper_dir": "/h"}})  # fmt: skip
+    [launcher, listeners] = settings["launcher_files"]
+    assert (launcher["dest"], listeners["dest"]) == (settings["launcher"], settings["listeners"])
     directory.mkdir(parents=True, exist_ok=True)
-    installed = directory / Path(router_vars["_sglang_router_launcher"]).name
+    installed = directory / Path(launcher["dest"]).name
     shutil.copy(ROOT / "roles/sglang_router/files" / launcher["src"], installed)
-    beside = directory / Path(router_vars["_sglang_router_listeners"]).name
-    shutil.copy(ROOT / "plugins/module_utils" / listeners["module_utils"], beside)
+    shutil.copy(ROOT / "plugins/module_utils" / listeners["module_utils"], directory / Path(listeners["dest"]).name)
     return installed
 
 
@@ -331,3 +334,39 @@ def changed_diffs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     one dict (the rollout's check-mode lines: {"prepared": "<instance>: restart\\n"})."""
     found = [res.get("diff") or [] for res in results if res.get("changed")]
     return [diff for each in found for diff in ([each] if isinstance(each, dict) else each)]
+
+
+def router_settings(host: str = "ct129", **variables: Any) -> dict[str, Any]:
+    """Role sglang_router's `_sglang_router_settings` on `host`, as its preflight's first task renders it (the task's own
+    expression, filter sglang_router_settings) from the role's defaults (its generated admin keys aside) and
+    `variables` (with the server role's sglang_service, sglang_advertise_host and sglang_api_key unless given)."""
+    from ansible.plugins.filter.core import FilterModule as CoreFilters
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import FilterModule as SettingsFilters
+    from jinja2.nativetypes import NativeEnvironment
+
+    environment = NativeEnvironment()
+    environment.filters.update({**CoreFilters().filters(), **collection_filters(SettingsFilters)})
+    role = ROOT / "roles/sglang_router"
+    context: dict[str, Any] = {
+        "inventory_hostname": host,
+        "groups": {},
+        "sglang_router_admin_key": "",
+        "sglang_gateway_admin_key": "",
+        "sglang_service": {"helper_dir": "/usr/local/lib/sglang-fleet", "secrets_dir": "/etc/sglang-fleet/secrets",
+                           "home": "/var/lib/sglang", "user": "sglang", "group": "sglang"},
+        "sglang_advertise_host": "10.0.0.2",
+        "sglang_api_key": "",
+        **yaml.safe_load((role / "vars/main.yml").read_text()),
+    }  # fmt: skip
+    defaults = {name: value for name, value in yaml.safe_load((role / "defaults/main.yml").read_text()).items()
+                if name not in context}  # fmt: skip
+    context.update(variables)
+    for name, value in defaults.items():
+        if name not in variables:
+            context[name] = environment.from_string(value).render(**context) if isinstance(value, str) else value
+    [expression] = [step["ansible.builtin.set_fact"]["_sglang_router_settings"]
+                    for step in yaml.safe_load((role / "tasks/preflight.yml").read_text())
+                    if "_sglang_router_settings" in (step.get("ansible.builtin.set_fact") or {})]  # fmt: skip
+    # A native environment renders the filter's dict itself (jinja2's stubs type render() as str).
+    rendered: Any = environment.from_string(expression).render(**context)
+    return dict(rendered)

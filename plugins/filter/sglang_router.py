@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from ansible_collections.sglang.fleet.plugins.filter.sglang_model import sglang_model_name
 from ansible_collections.sglang.fleet.plugins.module_utils.flags import render_flag
+from ansible_collections.sglang.fleet.plugins.module_utils.gateways import gateway_layout
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import is_loopback
 from ansible_collections.sglang.fleet.plugins.module_utils.problems import problem_line
 from ansible_collections.sglang.fleet.plugins.module_utils.tls import (
@@ -490,9 +491,8 @@ def sglang_gateway_mesh(host: str, settings: Mapping[str, Any]) -> dict[str, Any
     advertise or a name (smg's mesh takes IP addresses only and exits otherwise), a mesh without TLS and the CA its peers'
     certificates chain to (smg's mesh is otherwise clear text and joins any peer: a peer could add workers to every
     gateway), a port that is taken."""
-    gateways = sorted({str(gateway) for gateway in settings.get("gateways") or []})
-    enabled = bool(settings.get("gateway")) and len(gateways) > 1
-    if not enabled:
+    layout = gateway_layout(host, settings.get("gateways") or [])
+    if not (settings.get("gateway") and layout["mesh"]):
         return {"enabled": False, "args": [], "problems": []}
     bind, port, advertise = str(settings["bind"]), int(settings["port"]), str(settings.get("advertise") or "")
     tls = settings.get("tls") or {}

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_router_processes
 from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_gateway_mesh
-from fleet import local_play
+from fleet import router_settings
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "recordings"
 MESH = json.loads((RECORDINGS / "smg-1.13.0-mesh/mesh-answers.json").read_text())
@@ -170,34 +169,22 @@ def test_in_a_mesh_a_gateway_s_own_instances_on_loopback_are_refused() -> None:
     assert "in a mesh every gateway registers them by their remote_url" in line
 
 
-def test_the_mesh_port_clashes_with_the_routers_ports_only_where_the_router_runs(tmp_path: Path) -> None:
-    """The role's _sglang_router_mesh rendered by ansible-playbook (local connection): a mesh port equal to the
-    router's port is refused where the host runs its router, and is free where it does not (as the gateway's own ports
-    are checked, filter sglang_router_problems with the router's ports only where it runs)."""
-    plays = []
+def test_the_mesh_port_clashes_with_the_routers_ports_only_where_the_router_runs() -> None:
+    """The role's preflight (its settings task, filter sglang_router_settings, then filter sglang_router_checks): a mesh
+    port equal to the router's port is refused where the host runs its router, and is free where it does not (as the
+    gateway's own ports are checked, filter sglang_router_problems with the router's ports only where it runs)."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import sglang_router_checks
+
+    found = {}
     for enabled in (True, False):
-        plays.append(
-            {
-                "hosts": "localhost",
-                "gather_facts": False,
-                "vars": {"sglang_gateway_hosts": ["localhost", "b200"], "sglang_router_enabled": enabled,
-                         "sglang_gateway_mesh_host": "10.0.0.2", "sglang_gateway_mesh_port": 30100,
-                         "sglang_instances": [], "sglang_service": {"helper_dir": "/opt/sglang-fleet"},
-                         "sglang_advertise_host": "10.0.0.2"},
-                "tasks": [
-                    {"ansible.builtin.copy": {"content": "{{ _sglang_router_mesh.problems | to_json }}",
-                                              "dest": str(tmp_path / f"{enabled}.json")}},
-                    {"ansible.builtin.import_role": {"name": "sglang.fleet.sglang_router", "tasks_from": "remove"},
-                     "when": False},
-                ],
-            }
-        )  # fmt: skip
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(plays))
-    (tmp_path / "none.cfg").write_text("")
-    run = local_play(tmp_path / "play.yml")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    with_router = json.loads((tmp_path / "True.json").read_text())
-    without_router = json.loads((tmp_path / "False.json").read_text())
+        settings = router_settings("localhost", sglang_gateway_hosts=["localhost", "b200"], sglang_router_enabled=enabled,
+                                   sglang_gateway_mesh_host="10.0.0.2", sglang_gateway_mesh_port=30100)  # fmt: skip
+        assert settings["layout"]["in_mesh"] is True
+        hosts = ["localhost", "b200"]
+        context = {"instances": [], "listening": [], "hostvars": {"localhost": {}, "b200": {}}, "server_hosts": hosts,
+                   "play_hosts": hosts, "listen_host": "0.0.0.0"}  # fmt: skip
+        found[enabled] = [line for line in sglang_router_checks(settings, "localhost", context) if "mesh" in line]
+    with_router, without_router = found[True], found[False]
     assert any("sglang_gateway_mesh_port=30100: port 30100 is the router's port" in line for line in with_router)
     assert not any("port 30100" in line for line in without_router), without_router
     assert without_router, "the mesh's other problems (no TLS here) are still found"

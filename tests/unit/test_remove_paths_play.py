@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from fleet import ROOT, local_play
+from fleet import ROOT, local_play, router_settings
 
 GATEWAY_TASK = "Take the host's instances out of every fleet gateway"
 ROUTER_TASK = "Take the host's instances out of its router, let them finish their requests, and stop them"
@@ -26,62 +26,49 @@ def remove_task(name: str) -> dict[str, Any]:
     return arguments
 
 
-def test_remove_takes_the_gateway_ca_and_keys_files_from_the_roles_definitions(tmp_path: Path) -> None:
-    [gateway] = remove_task(GATEWAY_TASK)["gateways"]
-    ca = tmp_path / "ca.pem"
-    ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    found = {
-        "remove": {"ca_file": gateway["ca_file"], "keys_file": gateway["keys_file"],
-                   "router_keys_file": remove_task(ROUTER_TASK)["router_keys_file"]},
-        # What deploy writes: the role's TLS files (with sglang_service as the server role's preflight publishes it)
-        # and its keys files.
-        "deploy": {"ca_file": "{{ _sglang_router_tls.ca_file }}", "keys_file": "{{ _sglang_router_gateway_keys_file }}",
-                   "router_keys_file": "{{ _sglang_router_keys_file }}"},
-    }  # fmt: skip
-    report = {
-        "ansible.builtin.copy": {"content": "{{ found | to_json }}", "dest": str(tmp_path / "found.json")},
-        "vars": {"item": "localhost", "found": found, "sglang_service": {"helper_dir": "{{ _sglang_server_helper_dir }}"}},
-    }
-    play = [
-        {
-            "hosts": "localhost",
-            "gather_facts": False,
-            "vars": {"sglang_gateway_hosts": ["localhost"], "sglang_router_enabled": True, "sglang_gateway_tls_ca": str(ca)},
-            "tasks": [
-                # The helpers' folder moved (a fact outranks the role's vars): remove.yml must follow it.
-                {"ansible.builtin.set_fact": {"_sglang_server_helper_dir": "/opt/elsewhere/sglang-fleet"}},
-                report,
-                {"ansible.builtin.import_role": {"name": "sglang.fleet.sglang_router", "tasks_from": "remove"}, "when": False},
-                {"ansible.builtin.import_role": {"name": "sglang.fleet.sglang_server", "tasks_from": "remove"}, "when": False},
-            ],
-        }
-    ]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    (tmp_path / "none.cfg").write_text("")
+def removed_routers(tmp_path: Path, **variables: Any) -> dict[str, Any]:
+    """remove.yml's `remove_routers` (filter sglang_router_leave, which the gateways' and the router's tasks read),
+    rendered by ansible-playbook on this machine (local connection) in a play that imports the role as remove.yml does,
+    with `variables`."""
+    [play] = yaml.safe_load((ROOT / "playbooks/remove.yml").read_text())
+    assert remove_task(GATEWAY_TASK)["gateways"] == ["{{ item }}"]
+    assert remove_task(ROUTER_TASK)["router_keys_file"] == "{{ remove_routers.router_keys_file }}"
+    tasks = [
+        {"ansible.builtin.copy": {"content": "{{ remove_routers | to_json }}", "dest": str(tmp_path / "found.json")},
+         "vars": {"remove_routers": play["vars"]["remove_routers"]}},
+        {"ansible.builtin.import_role": {"name": "sglang.fleet.sglang_router", "tasks_from": "remove"}, "when": False},
+    ]  # fmt: skip
+    plays = [{"hosts": "localhost", "gather_facts": False, "vars": variables, "tasks": tasks}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(plays))
     run = local_play(tmp_path / "play.yml")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    rendered = json.loads((tmp_path / "found.json").read_text())
-    assert rendered["remove"] == rendered["deploy"]
-    assert rendered["remove"]["ca_file"] == "/opt/elsewhere/sglang-fleet/gateway-ca.pem"
-    assert rendered["remove"]["keys_file"] == "/etc/sglang-router/gateway.json"
+    found: dict[str, Any] = json.loads((tmp_path / "found.json").read_text())
+    return found
+
+
+def test_remove_takes_the_gateway_ca_and_keys_files_from_the_roles_definitions(tmp_path: Path) -> None:
+    """Where deploy's preflight put them (filter sglang_router_settings, the helpers' folder as the server role
+    publishes it), from the role's one definition: no variable private to a role is read."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    variables = {"sglang_gateway_hosts": ["localhost"], "sglang_router_enabled": True, "sglang_gateway_tls_ca": str(ca)}
+    removed = removed_routers(tmp_path, **variables)
+    deployed = router_settings("localhost", **variables)
+    [gateway] = removed["gateways"]
+    assert gateway["ca_file"] == deployed["tls"]["ca_file"] == "/usr/local/lib/sglang-fleet/gateway-ca.pem"
+    assert gateway["keys_file"] == deployed["keys_files"]["gateway"] == "/etc/sglang-router/gateway.json"
+    assert removed["router_keys_file"] == deployed["keys_files"]["router"] and removed["router_url"] == deployed["url"]
+    assert (gateway["host"], gateway["url"]) == ("localhost", deployed["gateway_url"])
+    assert "_sglang_" not in (ROOT / "playbooks/remove.yml").read_text(), "no variable private to a role"
 
 
 def test_remove_drains_a_gateway_of_a_mesh_by_the_url_the_mesh_knows_its_own_hosts_workers_by(tmp_path: Path) -> None:
     """Deploy registers a mesh gateway's own host's instances by remote_url (filter sglang_gateway_members): remove.yml
     must take them out by that URL, or they stay on every gateway of the mesh while the instances stop."""
-    [gateway] = remove_task(GATEWAY_TASK)["gateways"]
-    meshes = (["localhost"], ["localhost", "gw-b"])
-    found = {str(len(gateways)): {"item": "localhost", "gateways": gateways} for gateways in meshes}
-    tasks = [
-        {"ansible.builtin.copy": {"content": "{{ worker_url }}", "dest": str(tmp_path / f"{name}.txt")},
-         "vars": {**settings, "sglang_gateway_hosts": settings["gateways"], "worker_url": gateway["worker_url"]}}
-        for name, settings in found.items()
-    ]  # fmt: skip
-    (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    run = local_play(tmp_path / "play.yml")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert (tmp_path / "1.txt").read_text() == "url"
-    assert (tmp_path / "2.txt").read_text() == "remote_url"
+    alone = removed_routers(tmp_path, sglang_gateway_hosts=["localhost"])["gateways"]
+    mesh = removed_routers(tmp_path, sglang_gateway_hosts=["localhost", "gw-b"])["gateways"]
+    assert [gateway["worker_url"] for gateway in alone] == ["url"]
+    assert [gateway["worker_url"] for gateway in mesh] == ["remote_url", "remote_url"]
 
 
 ACCOUNT_TASK = "Refuse to remove an account that is not the routers' own"

@@ -105,38 +105,43 @@ def test_the_gateway_takes_its_members_only_where_it_runs() -> None:
 
 
 def test_the_role_s_processes_are_those_its_templates_gave() -> None:
-    """The role's `_sglang_router_processes` (one filter call) renders what the list of templates it replaced rendered,
-    for a host with a router in front of two models, a gateway, and a reshape that stops one instance first."""
+    """The role's processes (its preflight's settings task, then filter sglang_router_probe_request: one call each) are
+    what the list of templates they replaced rendered (tests/fixtures/router_processes_templated.yml), for a host with a
+    router in front of two models, a gateway in front of another host's instance too, and a reshape that stops one
+    instance first; with what the unit adds to every process (the routers' account, the launcher, the common flags)."""
     from ansible.plugins.filter.core import FilterModule as CoreFilters
     from ansible.plugins.filter.mathstuff import FilterModule as MathFilters
-    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import FilterModule as RoleSettingsFilters
-    from fleet import collection_filters
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import sglang_router_probe_request
+    from fleet import router_settings
     from jinja2.nativetypes import NativeEnvironment
 
     environment = NativeEnvironment()
     environment.filters.update({**CoreFilters().filters(), **MathFilters().filters()})
-    environment.filters.update(collection_filters(RoleSettingsFilters))
     two_models = [INSTANCES[0], {**INSTANCES[1], "served_model_name": "llama"}]
-    members = {
-        "workers": ["http://10.0.0.2:30000"],
-        "keep": ["10.0.0.9"],
-        "models": {"http://10.0.0.2:30000": "q"},
-        "displaced": [],
+    remote = {"unit": "sglang-30000.service", "url": "http://127.0.0.1:30000", "remote_url": "http://10.0.0.2:30000",
+              "served_model_name": "q"}  # fmt: skip
+    hostvars: dict[str, Any] = {
+        "ct129": {"sglang_instances": two_models, "sglang_router": {"gateways": []}, "sglang_served_model_name": "qwen"},
+        "b200": {"sglang_instances": [remote], "sglang_router": {"gateways": [{"host": "ct129"}]}},
+        "c9": {"sglang_advertise_host": "10.0.0.9", "sglang_served_model_name": "q"},
     }
+    changes: dict[str, Any] = {
+        "sglang_router_enabled": True, "sglang_router_host": "127.0.0.1", "sglang_router_port": 30080,
+        "sglang_router_prometheus_host": "127.0.0.2", "sglang_router_prometheus_port": 29000,
+        "sglang_gateway_hosts": ["ct129"], "sglang_gateway_host": "0.0.0.0", "sglang_gateway_port": 30090,
+        "sglang_gateway_prometheus_host": "10.0.0.3", "sglang_gateway_prometheus_port": 29001,
+    }  # fmt: skip
+    settings = router_settings("ct129", **changes)
+    context = {"role_path": "/r", "instances": two_models, "hostvars": hostvars, "server_hosts": ["ct129", "b200", "c9"],
+               "run_hosts": ["b200"], "reshape": {"displaced": ["sglang-30001.service"]}}  # fmt: skip
+    after = sglang_router_probe_request(settings, "ct129", context)["decide"]["processes"]
+    members = {"workers": ["http://10.0.0.2:30000"], "keep": ["10.0.0.9", "ct129"],
+               "models": {"http://10.0.0.2:30000": "q"}, "displaced": []}  # fmt: skip
     variables: dict[str, Any] = {
+        **changes,
         "sglang_instances": two_models,
-        "sglang_reshape": {"displaced": ["sglang-30001.service"]},
-        "sglang_service": {"home": "/var/lib/sglang", "secrets_dir": "/etc/sglang-fleet/secrets"},
-        "_sglang_router_account": {"config_dir": "/etc/sglang-router", "state_dir": "/var/lib/sglang-router"},
-        "sglang_router_enabled": True,
-        "sglang_router_host": "127.0.0.1",
-        "sglang_router_port": 30080,
-        "sglang_router_prometheus_host": "127.0.0.2",
-        "sglang_router_prometheus_port": 29000,
-        "sglang_gateway_host": "0.0.0.0",
-        "sglang_gateway_port": 30090,
-        "sglang_gateway_prometheus_host": "10.0.0.3",
-        "sglang_gateway_prometheus_port": 29001,
+        "sglang_reshape": context["reshape"],
+        "_sglang_router_account": settings["account"],
         "_sglang_router_unit": "sglang-router.service",
         "_sglang_router_gateway_unit": "sglang-gateway.service",
         "_sglang_router_url": "http://127.0.0.1:30080",
@@ -145,12 +150,10 @@ def test_the_role_s_processes_are_those_its_templates_gave() -> None:
         "_sglang_router_gateway_keys_file": "/etc/sglang-router/gateway.json",
         "_sglang_router_gateway_enabled": True,
         "_sglang_router_gateway_members": members,
-        "_sglang_router_gateway_models": ["qwen", "llama"],
-        "_sglang_router_tls": {"cert_path": "", "key_path": "", "ca_file": ""},
-        "_sglang_router_mesh": {"args": []},  # one gateway: no mesh (issue 39)
+        "_sglang_router_tls": {"ca_file": ""},
+        "_sglang_router_by_model": True,
+        "_sglang_router_gateway_by_model": True,
     }
-    variables["_sglang_router_by_model"] = True
-    variables["_sglang_router_gateway_by_model"] = True
 
     def render(value: Any) -> Any:
         if isinstance(value, dict):
@@ -159,14 +162,14 @@ def test_the_role_s_processes_are_those_its_templates_gave() -> None:
             return [render(item) for item in value]
         return environment.from_string(value).render(**variables) if isinstance(value, str) else value
 
-    templated = yaml.safe_load((ROOT / "tests/fixtures/router_processes_templated.yml").read_text())
-    before = render(templated["_sglang_router_processes"])
-    role_vars = yaml.safe_load((ROOT / "roles/sglang_router/vars/main.yml").read_text())
-    after: Any = environment.from_string(role_vars["_sglang_router_processes"]).render(**variables)
-    assert after == before
-    assert (
-        after[0]["by_model"] and after[0]["displaced"] == ["http://127.0.0.1:30001"] and after[1]["workers"] == members["workers"]
-    )
+    fixture = yaml.safe_load((ROOT / "tests/fixtures/router_processes_templated.yml").read_text())
+    before = render(fixture["_sglang_router_processes"])
+    common = {"user": "sglang-router", "group": "sglang-router", "state_dir": "/var/lib/sglang-router",
+              "launcher": "/usr/local/lib/sglang-fleet/sglang_router_launcher.py", "helper_dir": "/usr/local/lib/sglang-fleet",
+              "policy": "cache_aware",
+              "common_args": ["--policy", "cache_aware", "--health-check-interval-secs", "5", "--log-level", "warn"]}  # fmt: skip
+    assert after == [{**process, **common} for process in before]
+    assert after[0]["displaced"] == ["http://127.0.0.1:30001"] and after[1]["workers"] == members["workers"]
 
 
 def test_the_venv_s_python_as_the_probe_found_it() -> None:

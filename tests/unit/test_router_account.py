@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang_router_account_problems
+from fleet import router_settings
 
 SERVICE = {"user": "sglang", "group": "sglang-srv"}
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "sglang_router"
@@ -35,7 +36,14 @@ def test_an_account_of_its_own_passes(user: str) -> None:
 
 
 def test_deploys_preflight_checks_the_routers_account() -> None:
+    """The role's preflight (its settings task, then filter sglang_router_checks) refuses the servers' account."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import sglang_router_checks
+
     tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
     problems = next(task for task in tasks if "sglang_router_preflight_problems" in task.get("ansible.builtin.set_fact", {}))
     expression = problems["ansible.builtin.set_fact"]["sglang_router_preflight_problems"]
-    assert "sglang_router_account_problems(sglang_router_user, sglang_service)" in expression
+    assert expression.strip().startswith("{{ _sglang_router_settings | sglang.fleet.sglang_router_checks(")
+    context = {"hostvars": {}, "server_hosts": ["b200"], "play_hosts": ["b200"]}
+    settings = router_settings("b200", sglang_router_user="sglang", sglang_service={**SERVICE, "helper_dir": "/h"})
+    problems = sglang_router_checks(settings, "b200", context)
+    assert any(line.startswith('b200 router: sglang_router_user="sglang"') for line in problems), problems

@@ -14,7 +14,7 @@ from ansible.plugins.filter.core import FilterModule as CoreFilters
 from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import FilterModule as RoleSettingsFilters
 from ansible_collections.sglang.fleet.plugins.filter.sglang_router import FilterModule as RouterFilters
 from ansible_collections.sglang.fleet.plugins.filter.systemd import FilterModule as SystemdFilters
-from fleet import ROOT, collection_filters
+from fleet import ROOT, collection_filters, router_settings
 from jinja2.nativetypes import NativeEnvironment
 
 Plan = Callable[..., dict[str, Any]]
@@ -268,7 +268,6 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     server_tasks = yaml.safe_load((SERVER / "tasks/reconfigure.yml").read_text())
     server_vars = yaml.safe_load((SERVER / "vars/main.yml").read_text())
     router_tasks = yaml.safe_load((ROUTER / "tasks/main.yml").read_text())
-    router_vars = yaml.safe_load((ROUTER / "vars/main.yml").read_text())
     writer_name = "sglang.fleet.sglang_instance_files"
     # The server's helpers are written with its instance files, by one task; the router's launcher with its unit.
     [writer] = [task[writer_name] for task in server_tasks if writer_name in task]
@@ -278,18 +277,17 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
     # What deploy's probe compared (the request of the router's preflight, with the launcher files) is what is written
     # (but the units tasks/before_roll.yml wrote already: test_run_state renders it).
     assert router_writer["files"].startswith("{{ sglang_router_probe.files | rejectattr('dest', 'in', _sglang_router_first")
-    router_files = router_vars["_sglang_router_launcher_files"]
+    router_files = router_settings()["launcher_files"]
     router_preflight = (ROUTER / "tasks/preflight.yml").read_text()
-    assert "sglang.fleet.sglang_router_request(" in router_preflight
-    assert "'launcher_files': _sglang_router_launcher_files" in router_preflight
+    assert "sglang.fleet.sglang_router_probe_request(" in router_preflight
     copies = {item["src"]: item["dest"] for item in router_files if "src" in item and not item.get("template")}
     copies |= {item["src"]: item["dest"] for item in server_vars["_sglang_server_helper_files"] if not item.get("template")}
     assert copies["sglang_launcher.py"] == "{{ _sglang_server_helper_dir }}/sglang_launcher.py"
     assert copies["check_gpus_free.py"] == "{{ _sglang_server_helper_dir }}/check_gpus_free.py"
     assert (SERVER / "files/sglang_launcher.py").is_file()
-    assert copies["sglang_router_launcher.py"] == "{{ _sglang_router_launcher }}"
     # The router finds the helpers' folder in the server role's published fact (sglang_service), the same folder.
-    assert router_vars["_sglang_router_launcher"] == "{{ sglang_service.helper_dir }}/sglang_router_launcher.py"
+    assert copies["sglang_router_launcher.py"] == "/usr/local/lib/sglang-fleet/sglang_router_launcher.py"
+    assert "'service': sglang_service" in router_preflight
     server_preflight = yaml.safe_load((SERVER / "tasks/preflight.yml").read_text())
     [service] = [
         task["ansible.builtin.set_fact"]["sglang_service"]
@@ -301,52 +299,27 @@ def test_the_launchers_are_installed_where_the_units_run_them() -> None:
 
 
 def render_router(process: dict[str, Any] | None = None, **variables: Any) -> str:
+    """The host's router's unit, its process as the role's preflight derives it (filters sglang_router_settings and
+    sglang_router_probe_request, from the role's defaults and `variables`), with `process`'s changes."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import sglang_router_probe_request
+
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(ROUTER / "templates"), undefined=jinja2.StrictUndefined, trim_blocks=True
     )
     environment.filters.update(CoreFilters().filters())
     environment.filters.update(collection_filters(SystemdFilters))
     environment.filters.update(collection_filters(RouterFilters))
+    # The sglang_venv role's published fact: all the router's unit reads of it (and of the server role's: nothing).
     context: dict[str, Any] = {
         "ansible_managed": "Managed by Ansible",
-        # The server role's and the sglang_venv role's published facts: all the router reads of them.
-        "sglang_service": {
-            "user": "sglang",
-            "group": "sglang",
-            "home": "/var/lib/sglang",
-            "config_dir": "/etc/sglang-fleet",
-            "helper_dir": "/usr/local/lib/sglang-fleet",
-            "secrets_dir": "/etc/sglang-fleet/secrets",
-        },
         "sglang_runtime": {"python": "/opt/sglang/sglang-0.5.23/bin/python", "module": "sglang.launch_server"},
-        # What vars/main.yml derives from the router's settings (the policy and log level flags).
-        "_sglang_router_common_args": ["--policy", "cache_aware", "--log-level", "warn"],
-        "sglang_router_policy": "cache_aware",
-        "sglang_router_user": "sglang-router",
-        **variables,
     }
-    for name, value in yaml.safe_load((ROUTER / "vars/main.yml").read_text()).items():
-        if name == "_sglang_router_account":
-            context[name] = {key: environment.from_string(text).render(**context) for key, text in value.items()}
-        if name in ("_sglang_router_keys_file", "_sglang_router_launcher"):
-            context[name] = environment.from_string(value).render(**context)
-    # The host's router as vars/main.yml's _sglang_router_processes describes it (sglang_router_process_files hands
-    # each process to the template).
-    process = process or {}
-    context["sglang_router_process"] = {
-        "kind": "router",
-        "unit": "sglang-router.service",
-        "description": "SGLang router on port 30100 in front of 1 instance(s)",
-        "after": ["sglang-30000.service"],
-        "keys_file": context["_sglang_router_keys_file"],
-        "url": "http://127.0.0.1:30100",
-        "argv": ["--host", "127.0.0.1", "--port", "30100"],
-        "workers_file": "/var/lib/sglang-router/router-workers.json",
-        "by_model": False,
-        "tls_files": [],
-        "ca_file": "",
-        **process,
-    }
+    settings = router_settings("ct129", **{"sglang_router_enabled": True, **variables})
+    instance = {"unit": "sglang-30000.service", "url": "http://127.0.0.1:30000", "served_model_name": "q", "port": 30000}
+    request = sglang_router_probe_request(settings, "ct129", {
+        "role_path": str(ROUTER), "instances": [instance], "hostvars": {}, "server_hosts": ["ct129"]})  # fmt: skip
+    [router] = [entry for entry in request["decide"]["processes"] if entry["kind"] == "router"]
+    context["sglang_router_process"] = {**router, **(process or {})}
     return environment.get_template("sglang-router.service.j2").render(**context)
 
 
@@ -367,8 +340,14 @@ def test_the_router_takes_its_keys_from_its_launcher_never_from_its_command_line
         "127.0.0.1",
         "--port",
         "30100",
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        "29000",
         "--policy",
         "cache_aware",
+        "--health-check-interval-secs",
+        "5",
         "--log-level",
         "warn",
     ]
@@ -383,13 +362,16 @@ def test_the_router_runs_as_its_own_account_that_can_write_nothing() -> None:
     assert (unit["User"], unit["Group"]) == ("sglang-router", "sglang-router")
     assert unit["WorkingDirectory"] == "/var/lib/sglang-router"
     assert unit["ReadWritePaths"] == "" and unit["ProtectSystem"] == "strict", "its files are root's: it only reads them"
-    account = yaml.safe_load((ROUTER / "vars/main.yml").read_text())["_sglang_router_account"]
-    assert account["user"] == account["group"] == "{{ sglang_router_user }}"
+    account = router_settings(sglang_router_user="gw")["account"]
+    assert account["user"] == account["group"] == "gw"
     defaults = yaml.safe_load((ROUTER / "defaults/main.yml").read_text())
     assert defaults["sglang_router_user"] not in ("root", "sglang")
     # It reaches the unit's User= line: preflight refuses a control character in it (a newline would add unit lines).
-    preflight = (ROUTER / "tasks/preflight.yml").read_text()
-    assert "systemd_text_problems({'sglang_router_user': sglang_router_user," in preflight
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import sglang_router_checks
+
+    checks = sglang_router_checks(router_settings(sglang_router_user="gw\n"), "ct129", {
+        "hostvars": {}, "server_hosts": ["ct129"], "play_hosts": ["ct129"]})  # fmt: skip
+    assert any(line.startswith('ct129 router: sglang_router_user="gw\\n": contains the control character') for line in checks)
 
 
 def test_a_gateway_over_tls_names_its_ca_to_its_launcher_and_its_certificate_to_smg() -> None:
@@ -432,10 +414,9 @@ def test_a_gateway_in_front_of_several_models_reads_its_vocabulary_from_the_file
     assert unit["SyslogIdentifier"] == "sglang-gateway" and unit["After"] == "network-online.target"
     assert "Environment=SGLANG_FLEET_WORKERS_FILE=/var/lib/sglang/gateway-workers.json" in text.splitlines()
     assert shlex.split(unit["ExecStart"])[3:] == ["/etc/sglang-fleet/secrets/gateway.json", "--host", "0.0.0.0", "--port",
-                                                  "30200", "--enable-igw", "--policy", "cache_aware", "--log-level",
-                                                  "warn"]  # fmt: skip
-    vocabulary = yaml.safe_load((ROUTER / "vars/main.yml").read_text())["_sglang_router_vocabulary"]
-    assert vocabulary["dest"] == "{{ sglang_service.helper_dir }}/o200k_base.tiktoken"
+                                                  "30200", "--enable-igw", "--policy", "cache_aware",
+                                                  "--health-check-interval-secs", "5", "--log-level", "warn"]  # fmt: skip
+    assert router_settings()["vocabulary"]["dest"] == "/usr/local/lib/sglang-fleet/o200k_base.tiktoken"
 
 
 def test_power_of_two_runs_the_router_in_its_multi_model_mode() -> None:
@@ -443,11 +424,10 @@ def test_power_of_two_runs_the_router_in_its_multi_model_mode() -> None:
     command line ("Power-of-two policy requires at least 2 workers"); the fleet registers them after the start."""
 
     def argv(policy: str) -> list[str]:
-        common = ["--policy", policy, "--log-level", "warn"]
-        text = render_router(sglang_router_policy=policy, _sglang_router_common_args=common)
-        return shlex.split(unit_lines(text)["ExecStart"])
+        return shlex.split(unit_lines(render_router(sglang_router_policy=policy))["ExecStart"])
 
-    assert argv("power_of_two")[-5:] == ["--enable-igw", "--policy", "power_of_two", "--log-level", "warn"]
+    assert argv("power_of_two")[-7:] == ["--enable-igw", "--policy", "power_of_two", "--health-check-interval-secs", "5",
+                                         "--log-level", "warn"]  # fmt: skip
     assert "--enable-igw" not in argv("round_robin")
 
 
@@ -513,8 +493,9 @@ def test_the_metrics_exporter_binds_its_own_address_and_by_default_the_clients_o
     defaults = yaml.safe_load((ROUTER / "defaults/main.yml").read_text())
     assert defaults[f"{serving}_prometheus_host"] == f"{{{{ {serving}_host }}}}", "by default the clients' address"
     assert str(defaults[f"{serving}_prometheus_port"]) == metrics
-    role_vars = (ROUTER / "vars/main.yml").read_text()
-    assert f"'prometheus_host': {serving}_prometheus_host" in role_vars
+    preflight = (ROUTER / "tasks/preflight.yml").read_text()
+    key = {"router": "prometheus_host", "gateway": "gateway_prometheus_host"}[kind]
+    assert f"'{key}': {serving}_prometheus_host" in preflight
 
     def spec(enabled: bool) -> dict[str, Any]:
         return {"enabled": enabled, "unit": "u", "url": "http://0.0.0.0:1", "host": "0.0.0.0", "port": 1,
@@ -652,15 +633,12 @@ def test_a_host_whose_routers_ran_as_the_servers_account_loses_their_old_files()
     """Issue 38, finding 8's migration: every file an earlier release kept for the routers where the servers' account
     reads or writes (its secrets folder, its home) is removed when found; the new ones are root's, in the routers'
     folders, which the servers' account cannot enter."""
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    role_vars = yaml.safe_load((ROUTER / "vars/main.yml").read_text())
-    service = {"secrets_dir": "/etc/sglang-fleet/secrets", "home": "/var/lib/sglang"}
-    context: dict[str, Any] = {"sglang_service": service}
-    secret_file = role_vars["_sglang_router_legacy_secret_file"]
-    context["_sglang_router_legacy_secret_file"] = environment.from_string(secret_file).render(**context)
-    legacy = [environment.from_string(path).render(**context) for path in role_vars["_sglang_router_legacy_files"]]
+    settings = router_settings(sglang_service={"secrets_dir": "/etc/sglang-fleet/secrets", "home": "/var/lib/sglang",
+                                               "helper_dir": "/usr/local/lib/sglang-fleet"})  # fmt: skip
+    legacy = settings["legacy_files"]
     # What the release before this one wrote for the routers (its vars/main.yml and filter sglang_gateway_tls).
     assert set(legacy) >= {
+        "/etc/sglang-fleet/secrets/router.env",
         "/etc/sglang-fleet/secrets/router.json",
         "/etc/sglang-fleet/secrets/gateway.json",
         "/etc/sglang-fleet/secrets/gateway-tls.pem",
@@ -669,7 +647,10 @@ def test_a_host_whose_routers_ran_as_the_servers_account_loses_their_old_files()
         "/var/lib/sglang/router-workers.json",
         "/var/lib/sglang/gateway-workers.json",
     }
-    account = role_vars["_sglang_router_account"]
+    account = settings["account"]
     assert not any(path.startswith((account["config_dir"], account["state_dir"])) for path in legacy)
-    preflight = (ROUTER / "tasks/preflight.yml").read_text()
-    assert "'legacy_files': _sglang_router_legacy_files + _sglang_router_tls.absent" in preflight
+    # The request removes them, and the gateway's TLS files not wanted, when found.
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import sglang_router_probe_request
+
+    request = sglang_router_probe_request(settings, "ct129", {"role_path": str(ROUTER), "hostvars": {}, "server_hosts": []})
+    assert set(legacy + settings["tls"]["absent"]) <= set(request["read"]["globs"])
