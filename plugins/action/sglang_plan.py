@@ -12,6 +12,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
+from ansible_collections.sglang.fleet.plugins.module_utils.multinode import rendezvous_checks
 from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import (
     MISSING,
     constraints_versions,
@@ -31,8 +32,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     `path`, and its `link` for an sglang_model, where the task names none); `settings`, the host's plan settings (the
     filter sglang_plan's first argument; by default gathered from the host's variables, plugin_utils/plan_settings.py);
     `support_tables`, every supported SGLang's support table or its file's path (by default the role's
-    files/sglang-*.json). Returns the module's answer, and `plan`: what the filter sglang_plan derives from the
-    settings and that answer."""
+    files/sglang-*.json). Returns the module's answer; `plan`: what the filter sglang_plan derives from the
+    settings and that answer; and `rendezvous`, the TCP check between the nodes of instances across hosts that the
+    role's next tasks make (module_utils/multinode.py rendezvous_checks), none where the plan has problems."""
 
     TRANSFERS_FILES = False
 
@@ -84,4 +86,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             "group_models": answer.get("group_models", {}),
         }
         result["plan"] = sglang_plan(settings, host_found, tables)
+        result["rendezvous"] = rendezvous(result["plan"], host_found.get("listening") or [])
         return result
+
+
+def rendezvous(plan: dict[str, Any], listening: list[dict[str, Any]]) -> dict[str, Any]:
+    """The nodes' TCP check of the planned instances (rendezvous_checks), with the ports the host listens on; none
+    where the plan has problems (preflight stops on them: the nodes are not checked against a plan it refuses)."""
+    if plan["problems"]:
+        return {"listen": [], "reach": []}
+    return rendezvous_checks(plan["instances"], listening)

@@ -63,6 +63,22 @@ def test_the_plan_is_derived_from_the_module_s_answer(stand_in_model_dir: Path, 
     assert seen["answer"]["plan"] == expected
     # ct129's settings ask for two GPUs per instance: this host has one.
     assert any("1 GPU(s) [0] hold 0 instance(s) of 2 GPU(s)" in problem for problem in expected["problems"]), expected
+    assert seen["answer"]["rendezvous"] == {"listen": [], "reach": []}, "no nodes' check for a plan with problems"
+
+
+def test_the_nodes_check_comes_with_the_plan_and_none_with_its_problems() -> None:
+    """What the role's next tasks open and reach between the nodes of an instance across hosts (module_utils/multinode.py
+    rendezvous_checks), from the plan's instances and the ports the host listens on; nothing where the plan has
+    problems (it is refused: its nodes are not checked)."""
+    from ansible_collections.sglang.fleet.plugins.action.sglang_plan import rendezvous
+
+    rank_0 = {"name": "sglang-30000", "group": "big", "node_rank": 0, "rendezvous_port": 25000,
+              "node_addresses": ["10.0.0.1", "10.0.0.2"]}  # fmt: skip
+    listen = {"instance": "sglang-30000", "group": "big", "port": 25000, "peers": ["10.0.0.2"]}
+    checked = rendezvous({"instances": [rank_0], "problems": []}, [])
+    assert [{key: entry[key] for key in listen} for entry in checked["listen"]] == [listen] and checked["reach"] == []
+    assert rendezvous({"instances": [rank_0], "problems": []}, [{"port": 25000}]) == {"listen": [], "reach": []}
+    assert rendezvous({"instances": [rank_0], "problems": ["b200 ..."]}, []) == {"listen": [], "reach": []}
 
 
 def test_a_failed_module_call_fails_the_task_and_plans_nothing(tmp_path: Path) -> None:
