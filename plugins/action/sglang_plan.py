@@ -16,12 +16,13 @@ from ansible_collections.sglang.fleet.plugins.module_utils.multinode import rend
 from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import (
     MISSING,
     constraints_versions,
+    host_facts_options,
     plan_settings,
     support_tables,
 )
 
 ARGUMENT_SPEC: dict[str, Any] = {
-    "host_facts": {"type": "dict", "required": True},
+    "host_facts": {"type": "dict"},
     "settings": {"type": "dict"},
     "support_tables": {"type": "list", "elements": "raw"},
 }
@@ -29,7 +30,8 @@ ARGUMENT_SPEC: dict[str, Any] = {
 
 class ActionModule(ActionBase):  # type: ignore[misc]
     """Arguments: `host_facts`, the options of module sglang_host_facts (its `model` gets the served directory's
-    `path`, and its `link` for an sglang_model, where the task names none); `settings`, the host's plan settings (the
+    `path`, and its `link` for an sglang_model, where the task names none; by default from the host's variables,
+    plugin_utils/plan_settings.py host_facts_options, each read once); `settings`, the host's plan settings (the
     filter sglang_plan's first argument; by default gathered from the host's variables, plugin_utils/plan_settings.py);
     `support_tables`, every supported SGLang's support table or its file's path (by default the role's
     files/sglang-*.json). Returns the module's answer; `plan`: what the filter sglang_plan derives from the
@@ -56,15 +58,19 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         task_vars = task_vars or {}
         role_path = str(task_vars.get("role_path", ""))
         settings = args["settings"]
+
+        def variable(name: str, default: Any) -> Any:
+            return self.variable(task_vars, name, default)
+
         if settings is None:
             host = str(task_vars["inventory_hostname"])
             names = task_vars["hostvars"][host].keys() if "hostvars" in task_vars else []
             versions = constraints_versions(os.path.join(role_path, "..", "sglang_venv", "files"))
-            settings = plan_settings(lambda name, default: self.variable(task_vars, name, default), host, names, versions)
+            settings = plan_settings(variable, host, names, versions)
         tables = args["support_tables"]
         if tables is None:
             tables = support_tables(os.path.join(role_path, "files"))
-        module_args = dict(args["host_facts"])
+        module_args = dict(args["host_facts"] if args["host_facts"] is not None else host_facts_options(variable, settings))
         model = module_args.get("model")
         if isinstance(model, dict) and "path" not in model:
             sourced = settings["model_sourced"]
