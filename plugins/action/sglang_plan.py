@@ -13,8 +13,8 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
 from ansible_collections.sglang.fleet.plugins.module_utils.multinode import rendezvous_checks
+from ansible_collections.sglang.fleet.plugins.plugin_utils.host_variables import host_variable
 from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import (
-    MISSING,
     constraints_versions,
     host_facts_options,
     plan_settings,
@@ -41,16 +41,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
 
     def variable(self, task_vars: dict[str, Any], name: str, default: Any) -> Any:
-        """`name`'s value as Ansible templates it, or `default` where the host has no such variable. Its value, templated
-        (Templar.template compiles only a string that is a template: a plain setting costs no compile, where evaluating
-        the expression `name` compiled one per variable and host); hostvars as it is (it templates what is read)."""
-        if name not in task_vars:
-            if default is not MISSING:
-                return default
-            return self._templar.resolve_variable_expression(name)  # Ansible's own error for an undefined variable
-        if name == "hostvars":
-            return task_vars[name]
-        return self._templar.template(task_vars[name])
+        """`name`'s value as Ansible templates it, or `default` where the host has no such variable
+        (plugin_utils/host_variables.py)."""
+        return host_variable(self._templar, task_vars, name, default)
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)

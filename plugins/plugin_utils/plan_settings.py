@@ -16,8 +16,8 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_model import sglang_
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import tokenizer_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import group_model_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses
+from ansible_collections.sglang.fleet.plugins.plugin_utils.host_variables import MISSING
 
-MISSING: Any = object()
 Variable = Callable[[str, Any], Any]
 
 # The settings that are one of role sglang_plan's own variables, as they are.
