@@ -136,7 +136,8 @@ def test_without_host_facts_the_action_takes_the_module_s_options_from_the_host_
 
 
 def test_the_module_s_options_from_the_variables_check_the_lock_s_files_for_an_sglang_model() -> None:
-    from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import MISSING, host_facts_options
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.host_variables import MISSING
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import host_facts_options
 
     variables = {"sglang_model_sha256": {"config.json": "a" * 64}, "sglang_plan_gather_subset": ["min"],
                  "sglang_plan_verified_file": "/v.json", "sglang_server_user": "llm"}  # fmt: skip
