@@ -41,7 +41,8 @@ def plan_settings(host: str, *, versions: list[str] | None = None, **overrides: 
     """The plan's settings as the action sglang_plan gathers them for a production host (plugin_utils/plan_settings.py),
     with variables overridden (and `versions`, those with a constraints file). The host serves the stand-in of
     production's model by its path (as Molecule's hosts do: inventory/sandbox/group_vars/all.yml)."""
-    from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import MISSING, constraints_versions
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.host_variables import MISSING
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import constraints_versions
     from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import plan_settings as gather
 
     variables = {

@@ -50,7 +50,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     `loop_var` (the name the templates know the instance by, default sglang_server_instance); `read`, what to read on
     the host in the same call (the module's option).
     Or `requests`: several of those (each with `role_path`, the role whose templates/ and files/ its `src` names), by
-    name, all handled in the one call and answered in `answers` under their names (deploy's probe); a request's
+    name, all handled in the one call and answered in `answers` under their names (deploy's probe); or a list of
+    variable names, each variable a request with its `name` (read here: a published fact is not templated again, and
+    the list itself is no template to template on every read); a request's
     `routers` (the module's option; each `api_key` travels as a private content) are compared there too. A request's
     `decide` (settings, never sent to the host) makes its role's decision from its answer (module_utils/role_decisions.py),
     returned in the answer's `decision`; `changes` is every role's changes, in the requests' order."""
@@ -92,6 +94,21 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 except AnsibleError:
                     continue
         return settled
+
+    def requests(self, given: Any, task_vars: dict[str, Any]) -> dict[str, Any]:
+        """The requests by name: `given` as it is, or, for a list of variable names, each variable's request (templated
+        as Ansible would any variable) under its `name`."""
+        if not isinstance(given, list):
+            return dict(given)
+        requests: dict[str, Any] = {}
+        for variable in given:
+            if not isinstance(variable, str) or variable not in task_vars:
+                raise AnsibleActionFail(f"requests: {variable!r} is no variable of this host (a request's variable name)")
+            request = self._templar.template(task_vars[variable])
+            if not isinstance(request, dict) or not isinstance(request.get("name"), str):
+                raise AnsibleActionFail(f"requests: {variable} is no request (a dict with its name)")
+            requests[request["name"]] = request
+        return requests
 
     def find(self, kind: str, src: str, role_path: str | None) -> str:
         """The file `src` of templates/ or files/: the given role's, or (without one) this task's role's."""
@@ -154,8 +171,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         task_vars = task_vars or {}
         args = self._task.args
         private_contents: list[str] = []
-        requests = dict(args.get("requests") or {})
         try:
+            requests = self.requests(args.get("requests") or {}, task_vars)
             files, owner_of = self.collect(dict(args), task_vars, private_contents)
             collected = {name: self.collect(dict(request), task_vars, private_contents) for name, request in requests.items()}
         except AnsibleActionFail as error:

@@ -8,10 +8,18 @@ the role reports it with its other preflight problems. The cache is the control 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from ansible.plugins.action import ActionBase
+from ansible_collections.sglang.fleet.plugins.filter.sglang_model import (
+    sglang_model_dir,
+    sglang_model_name,
+    sglang_model_problems,
+    sglang_model_sha256,
+)
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import describe
+from ansible_collections.sglang.fleet.plugins.plugin_utils.host_variables import host_variable
 from ansible_collections.sglang.fleet.plugins.plugin_utils.model_lock import LOCK_PLAYBOOK, ModelSourceError, read_lock
 from ansible_collections.sglang.fleet.plugins.plugin_utils.model_source import (
     ARGUMENT_SPEC as SOURCE_ARGUMENT_SPEC,
@@ -59,8 +67,52 @@ def fetch_source(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Role sglang_model's preflight: the task gives no arguments, the action reads them from the role's variables.
+ROLE_ARGUMENTS = {
+    "source": "sglang_model",
+    "lock_file": "sglang_model_lock_file",
+    "cache_dir": "sglang_model_cache_dir",
+    "endpoint": "sglang_model_endpoint",
+    "token": "sglang_model_token",
+}
+
+
+def published(host: str, fetched: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """What role sglang_model publishes of `host`'s fetch (`fetched`: empty without a model): `source`, the fact
+    sglang_model_source (the model's name, the host's directory of the revision and its `current` link, the control
+    node's snapshot and the lock's files with their SHA-256, how other hosts reach this one to copy the revision, the
+    snapshot's facts unless it has problems; empty without a model), and `problems`, its preflight problem lines.
+    `settings`: the role's variables (sglang_model, sglang_model_root, sglang_model_peer_*, sglang_model_seed_hosts)."""
+    model, root = settings["sglang_model"], settings["sglang_model_root"]
+    problems = fetched.get("problems") or {}
+    lines = sglang_model_problems(
+        host, problems, model, settings["sglang_model_peer_user"], settings["sglang_model_seed_hosts"], root
+    )
+    if not model:
+        return {"source": {}, "problems": lines}
+    path = sglang_model_dir(model, root)
+    files = fetched.get("files") or {}
+    source = {
+        "name": sglang_model_name(model),
+        "path": path,
+        "link": f"{os.path.dirname(path)}/current",
+        "snapshot": fetched.get("snapshot", ""),
+        "files": files,
+        "sha256": sglang_model_sha256(files),
+        "peer": {
+            "address": settings["sglang_model_peer_address"],
+            "port": int(settings["sglang_model_peer_port"]),
+            "user": settings["sglang_model_peer_user"],
+        },
+        "facts": {} if problems else fetched.get("facts") or {},
+    }
+    return {"source": source, "problems": lines}
+
+
 class ActionModule(ActionBase):  # type: ignore[misc]
-    """Arguments: `source` (a model source), `lock_file`, `cache_dir`, `endpoint`, `token`."""
+    """Arguments: `source` (a model source), `lock_file`, `cache_dir`, `endpoint`, `token`. Without any (role
+    sglang_model's preflight), from the role's variables (ROLE_ARGUMENTS; no fetch without an sglang_model), and the
+    result's `published` is what the role publishes of it (published())."""
 
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -68,6 +120,23 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
-        args = validated_arguments(self, ARGUMENT_SPEC)
-        result.update(fetch_source(args))
+        if self._task.args:
+            result.update(fetch_source(validated_arguments(self, ARGUMENT_SPEC)))
+            return result
+        task_vars = task_vars or {}
+
+        def variable(name: str) -> Any:
+            return host_variable(self._templar, task_vars, name)
+
+        names = [*ROLE_ARGUMENTS.values(), "sglang_model_root", "sglang_model_seed_hosts"]
+        names += [f"sglang_model_peer_{name}" for name in ("address", "port", "user")]
+        settings = {name: variable(name) for name in names}
+        fetched: dict[str, Any] = {}
+        if settings["sglang_model"]:
+            args = {argument: settings[name] for argument, name in ROLE_ARGUMENTS.items()}
+            for path in ("lock_file", "cache_dir"):  # as the argument's type (path) expands them
+                args[path] = os.path.expanduser(os.path.expandvars(str(args[path])))
+            fetched = fetch_source(args)
+        result.update(fetched)
+        result["published"] = published(str(task_vars["inventory_hostname"]), fetched, settings)
         return result

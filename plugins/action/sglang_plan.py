@@ -12,15 +12,17 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
+from ansible_collections.sglang.fleet.plugins.module_utils.multinode import rendezvous_checks
+from ansible_collections.sglang.fleet.plugins.plugin_utils.host_variables import host_variable
 from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import (
-    MISSING,
     constraints_versions,
+    host_facts_options,
     plan_settings,
     support_tables,
 )
 
 ARGUMENT_SPEC: dict[str, Any] = {
-    "host_facts": {"type": "dict", "required": True},
+    "host_facts": {"type": "dict"},
     "settings": {"type": "dict"},
     "support_tables": {"type": "list", "elements": "raw"},
 }
@@ -28,25 +30,20 @@ ARGUMENT_SPEC: dict[str, Any] = {
 
 class ActionModule(ActionBase):  # type: ignore[misc]
     """Arguments: `host_facts`, the options of module sglang_host_facts (its `model` gets the served directory's
-    `path`, and its `link` for an sglang_model, where the task names none); `settings`, the host's plan settings (the
+    `path`, and its `link` for an sglang_model, where the task names none; by default from the host's variables,
+    plugin_utils/plan_settings.py host_facts_options, each read once); `settings`, the host's plan settings (the
     filter sglang_plan's first argument; by default gathered from the host's variables, plugin_utils/plan_settings.py);
     `support_tables`, every supported SGLang's support table or its file's path (by default the role's
-    files/sglang-*.json). Returns the module's answer, and `plan`: what the filter sglang_plan derives from the
-    settings and that answer."""
+    files/sglang-*.json). Returns the module's answer; `plan`: what the filter sglang_plan derives from the
+    settings and that answer; and `rendezvous`, the TCP check between the nodes of instances across hosts that the
+    role's next tasks make (module_utils/multinode.py rendezvous_checks), none where the plan has problems."""
 
     TRANSFERS_FILES = False
 
     def variable(self, task_vars: dict[str, Any], name: str, default: Any) -> Any:
-        """`name`'s value as Ansible templates it, or `default` where the host has no such variable. Its value, templated
-        (Templar.template compiles only a string that is a template: a plain setting costs no compile, where evaluating
-        the expression `name` compiled one per variable and host); hostvars as it is (it templates what is read)."""
-        if name not in task_vars:
-            if default is not MISSING:
-                return default
-            return self._templar.resolve_variable_expression(name)  # Ansible's own error for an undefined variable
-        if name == "hostvars":
-            return task_vars[name]
-        return self._templar.template(task_vars[name])
+        """`name`'s value as Ansible templates it, or `default` where the host has no such variable
+        (plugin_utils/host_variables.py)."""
+        return host_variable(self._templar, task_vars, name, default)
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
@@ -54,15 +51,19 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         task_vars = task_vars or {}
         role_path = str(task_vars.get("role_path", ""))
         settings = args["settings"]
+
+        def variable(name: str, default: Any) -> Any:
+            return self.variable(task_vars, name, default)
+
         if settings is None:
             host = str(task_vars["inventory_hostname"])
             names = task_vars["hostvars"][host].keys() if "hostvars" in task_vars else []
             versions = constraints_versions(os.path.join(role_path, "..", "sglang_venv", "files"))
-            settings = plan_settings(lambda name, default: self.variable(task_vars, name, default), host, names, versions)
+            settings = plan_settings(variable, host, names, versions)
         tables = args["support_tables"]
         if tables is None:
             tables = support_tables(os.path.join(role_path, "files"))
-        module_args = dict(args["host_facts"])
+        module_args = dict(args["host_facts"] if args["host_facts"] is not None else host_facts_options(variable, settings))
         model = module_args.get("model")
         if isinstance(model, dict) and "path" not in model:
             sourced = settings["model_sourced"]
@@ -84,4 +85,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             "group_models": answer.get("group_models", {}),
         }
         result["plan"] = sglang_plan(settings, host_found, tables)
+        result["rendezvous"] = rendezvous(result["plan"], host_found.get("listening") or [])
         return result
+
+
+def rendezvous(plan: dict[str, Any], listening: list[dict[str, Any]]) -> dict[str, Any]:
+    """The nodes' TCP check of the planned instances (rendezvous_checks), with the ports the host listens on; none
+    where the plan has problems (preflight stops on them: the nodes are not checked against a plan it refuses)."""
+    if plan["problems"]:
+        return {"listen": [], "reach": []}
+    return rendezvous_checks(plan["instances"], listening)

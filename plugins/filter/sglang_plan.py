@@ -18,7 +18,6 @@ from ansible_collections.sglang.fleet.plugins.module_utils.multinode import (
     node_addresses,
     node_instances,
     node_problems,
-    rendezvous_checks,
     unreached_problems,
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines, parse_problems
@@ -107,8 +106,7 @@ class FilterModule:
             "sglang_http_instances": http_instances,
             # What the nodes of an instance across hosts do together (restart, keep, roll back), from their facts.
             "sglang_node_instances": node_instances,
-            # Preflight's TCP check from every node to rank 0's rendezvous port, and its problem lines.
-            "sglang_rendezvous_checks": rendezvous_checks,
+            # The problem lines of preflight's TCP check from every node to rank 0's rendezvous port.
             "sglang_rendezvous_unreached": unreached_problems,
         }
 

@@ -22,23 +22,28 @@ description:
     arguments.
   - Check mode fetches too; the cache is the control node's own, and the deploy's check needs the model's facts.
   - Two runs sharing a cache wait for each other (a lock on I(cache_dir)/.lock).
+  - Without any option (role sglang_model's preflight), the options are the role's variables C(sglang_model),
+    C(sglang_model_lock_file), C(sglang_model_cache_dir), C(sglang_model_endpoint) and C(sglang_model_token), each read
+    once (nothing is fetched where C(sglang_model) is empty), and the result's I(published) is what the role publishes
+    of the fetch.
 options:
   source:
     description: >-
       The model source. A Hub repository at a pinned commit, C({repo: org/name, revision: <40-hex commit>}), or a
       directory on the control node, C({src: /abs/dir, name: <model name>, revision: <a label you choose>}); either
       may select files with C(allow_patterns) and C(ignore_patterns) (fnmatch patterns, as huggingface_hub's
-      C(filter_repo_objects) applies them; C(dir/) means everything under it).
+      C(filter_repo_objects) applies them; C(dir/) means everything under it). Required, as I(lock_file) and
+      I(cache_dir) are, where any option is given.
     type: dict
-    required: true
+    required: false
   lock_file:
     description: The lock file (YAML, kept in the inventory), e.g. C(inventory/production/model-lock.yml).
     type: path
-    required: true
+    required: false
   cache_dir:
     description: The cache on the control node; blobs, the verified memo and the snapshots live under it.
     type: path
-    required: true
+    required: false
 extends_documentation_fragment: [sglang.fleet.model_source]
 author: sglang-fleet maintainers (@sglang-fleet)
 """
@@ -108,12 +113,20 @@ problems:
   description: >-
     What kept a file (or the whole source) from the snapshot, by file name; by C(source) for an invalid source, by the
     lock file's path for a missing lock entry. Empty when the snapshot holds every locked file.
-  returned: always
+  returned: unless, without options, C(sglang_model) is empty
   type: dict
 facts:
   description: >-
     The snapshot as module sglang_host_facts describes a model directory (config, architectures, shards, index, ...);
     empty when nothing was fetched.
-  returned: always
+  returned: unless, without options, C(sglang_model) is empty
+  type: dict
+published:
+  description: >-
+    Without options, what role sglang_model publishes - C(source), the fact C(sglang_model_source) (the model's name,
+    the host's directory of the revision and its C(current) link, the snapshot, the lock's files and their SHA-256,
+    how other hosts reach this one as a peer, the snapshot's facts; empty without a model) and C(problems), the
+    preflight problem lines of the fetch and of C(sglang_model_root) and C(sglang_model_peer_user).
+  returned: when no option is given
   type: dict
 """

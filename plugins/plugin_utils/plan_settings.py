@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.filter.sglang_model import sglang_model_dir, sglang_model_name
+from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import tokenizer_paths
+from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import group_model_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.multinode import node_addresses
+from ansible_collections.sglang.fleet.plugins.plugin_utils.host_variables import MISSING
 
-MISSING: Any = object()
 Variable = Callable[[str, Any], Any]
 
 # The settings that are one of role sglang_plan's own variables, as they are.
@@ -115,3 +117,25 @@ def plan_settings(variable: Variable, host: str, variable_names: Iterable[str], 
     spans = isinstance(groups, list) and any(isinstance(group, dict) and "nodes" in group for group in groups)
     settings["node_addresses"] = node_addresses(groups, variable("hostvars", {})) if spans else {}
     return settings
+
+
+def host_facts_options(variable: Variable, settings: dict[str, Any]) -> dict[str, Any]:
+    """The options of module sglang_host_facts for the plan (role sglang_plan's task): nvidia-smi, Ansible's fact
+    subsets, the model directory's files checked by their SHA-256 (an sglang_model's lock file's, from the control
+    node's copy, else sglang_model_sha256) readable as the servers' account (the server role's, with its defaults where
+    the play lacks that role), the record of the verified files, and the tokenizer directories and instance groups'
+    model directories of the settings."""
+    source = settings["model_source"]
+    sha256 = source.get("sha256", {}) if settings["model_sourced"] and source else variable("sglang_model_sha256", MISSING)
+    return {
+        "nvidia_smi": settings["nvidia_smi"],
+        "gather_subset": variable("sglang_plan_gather_subset", MISSING),
+        "model": {
+            "sha256": sha256,
+            "user": variable("sglang_server_user", "sglang"),
+            "group": variable("sglang_server_group", "sglang"),
+            "verified_file": variable("sglang_plan_verified_file", MISSING),
+            "tokenizer_paths": tokenizer_paths(settings["server_args"], settings["instance_overrides"]),
+        },
+        "group_models": group_model_paths(settings["instance_groups"]),
+    }

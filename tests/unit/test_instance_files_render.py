@@ -138,3 +138,49 @@ def test_a_setting_the_instances_templates_read_is_templated_once_for_all_their_
         assert (tmp_path / f"{name}.service").read_text() == f"/srv/x {name.upper()} {name}\n"
         assert (tmp_path / f"{name}.env").read_text() == "/srv/x\n"
     assert counter.read_text() == ".\n", "templated once, not once per instance and template (6)"
+
+
+def test_requests_given_by_their_variables_names_are_each_read_once_and_answered_under_the_request_s_name(
+    tmp_path: Path,
+) -> None:
+    """deploy's probe: the roles' requests by the names of the variables that hold them (a fact as it was published; a
+    variable that is one template, templated once), answered and decided under each request's own `name`, in order; a
+    name that is no variable fails the task, naming it."""
+    (tmp_path / "same").write_text("same\n")
+    os.chmod(tmp_path / "same", 0o644)
+    counter = tmp_path / "templated"
+    attributes = {"owner": OWNER, "group": grp.getgrgid(GROUP).gr_name, "mode": "0644"}
+    plan_request = (
+        "{{ {'name': 'sglang_plan', 'decide': {'verified_file': lookup('ansible.builtin.pipe', 'echo . >> "
+        + str(counter)
+        + "') ~ '/v.json', 'hashed': hashed}} }}"
+    )
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": {"hashed": ["a"], "plan_request": plan_request, "names": ["plan_request", "files_request"]},
+            "tasks": [
+                {"ansible.builtin.set_fact": {"files_request": {
+                    "name": "files", "files": [{"content": "same\n", "dest": str(tmp_path / "same"), **attributes},
+                                               {"content": "new\n", "dest": str(tmp_path / "new"), **attributes}]}}},
+                {"sglang.fleet.sglang_instance_files": {"requests": "{{ names }}"}, "check_mode": True, "register": "probe"},
+                {"ansible.builtin.copy": {"dest": str(tmp_path / "probe.yml"), "content": "{{ probe | to_yaml }}"}},
+                {"sglang.fleet.sglang_instance_files": {"requests": ["no_such_request"]},
+                 "check_mode": True, "register": "missing", "failed_when": False},
+                {"ansible.builtin.copy": {"dest": str(tmp_path / "missing.yml"), "content": "{{ missing | to_yaml }}"}},
+            ],
+        }
+    ]  # fmt: skip
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    run = local_play(tmp_path / "play.yml")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    probe = yaml.safe_load((tmp_path / "probe.yml").read_text())
+    assert sorted(probe["answers"]) == ["files", "sglang_plan"]
+    assert probe["answers"]["files"]["changed_paths"] == [str(tmp_path / "new")]
+    assert probe["answers"]["sglang_plan"]["decision"] == {"changes": ["/v.json: 1 file(s) verified to record"]}
+    assert probe["changes"] == ["/v.json: 1 file(s) verified to record"]
+    assert counter.read_text() == ".\n", "the request variable templated once"
+    assert not (tmp_path / "new").exists(), "check mode writes nothing"
+    missing = yaml.safe_load((tmp_path / "missing.yml").read_text())
+    assert "'no_such_request' is no variable of this host" in missing["msg"], missing

@@ -225,3 +225,64 @@ def test_the_fan_out_key_runs_rrsync_on_the_revision_s_directory_whatever_its_ch
         assert list(parsed) == ["restrict", "expiry-time", "command"]
         [command] = parsed["command"] if isinstance(parsed["command"], list) else [parsed["command"]]
         assert shlex.split(sshd_dequote(command)) == ["/usr/bin/rrsync", "-ro", path]
+
+
+def model_settings(**changed: Any) -> dict[str, Any]:
+    """Role sglang_model's variables that its preflight publishes from (defaults, and an sglang_model)."""
+    return {"sglang_model": SOURCE, "sglang_model_root": "/srv/models", "sglang_model_seed_hosts": 1,
+            "sglang_model_peer_address": "10.0.0.5", "sglang_model_peer_port": "22",
+            "sglang_model_peer_user": "root"} | changed  # fmt: skip
+
+
+def test_preflight_publishes_the_source_and_its_problems_computed_in_python() -> None:
+    """sglang_model_source, as the role's set_fact once built it in Jinja: the name, the revision's directory and its
+    link, the snapshot and the lock's files with their SHA-256, the peer, the snapshot's facts (none with problems)."""
+    from ansible_collections.sglang.fleet.plugins.action.sglang_model_fetch import published
+
+    files = {"config.json": {"size": 2, "sha256": "a" * 64}}
+    fetched = {"snapshot": "/c/snapshots/x", "files": files, "problems": {}, "facts": {"architectures": ["X"]}}
+    done = published("ct129", fetched, model_settings())
+    assert done == {
+        "source": {"name": "Qwen3.6-27B", "path": f"/srv/models/Qwen--Qwen3.6-27B/{COMMIT}",
+                   "link": "/srv/models/Qwen--Qwen3.6-27B/current", "snapshot": "/c/snapshots/x", "files": files,
+                   "sha256": {"config.json": "a" * 64}, "peer": {"address": "10.0.0.5", "port": 22, "user": "root"},
+                   "facts": {"architectures": ["X"]}},
+        "problems": [],
+    }  # fmt: skip
+    failed = published("ct129", {**fetched, "problems": {"config.json": "differs from the lock"}}, model_settings())
+    assert failed["source"]["facts"] == {} and len(failed["problems"]) == 1
+    assert failed["problems"][0].startswith("ct129 host: sglang_model=") and "config.json: differs" in failed["problems"][0]
+    assert published("ct129", {}, model_settings(sglang_model={})) == {"source": {}, "problems": []}, "no model"
+    assert published("ct129", {}, model_settings(sglang_model_peer_user="ubuntu"))["problems"], "the peer account's check"
+
+
+def test_the_fetch_task_without_arguments_reads_the_role_s_variables(tmp_path: Path) -> None:
+    """Role sglang_model's preflight task gives no arguments: the action fetches the sglang_model its variables name
+    (the lock file's path a template, as its default is), and fetches nothing without one."""
+    import yaml
+    from ansible_collections.sglang.fleet.plugins.plugin_utils import model_lock, model_source
+    from fleet import local_play
+
+    model = tmp_path / "src"
+    model.mkdir()
+    (model / "config.json").write_bytes(b"{}\n")
+    source = {"src": str(model), "name": "Tiny", "revision": "r1"}
+    files = {"config.json": {"size": 3, "sha256": hashlib.sha256(b"{}\n").hexdigest()}}
+    assert model_lock.write_lock(str(tmp_path / "model-lock.yml"), model_source.source_key(source), files)
+    variables = model_settings(sglang_model=source, sglang_model_lock_file="{{ base }}/model-lock.yml",
+                               base=str(tmp_path), sglang_model_cache_dir=str(tmp_path / "cache"),
+                               sglang_model_endpoint="", sglang_model_token="")  # fmt: skip
+    tasks = [
+        {"sglang.fleet.sglang_model_fetch": {}, "register": "fetched"},
+        {"sglang.fleet.sglang_model_fetch": {}, "register": "without", "vars": {"sglang_model": {}}},
+        {"ansible.builtin.copy": {"dest": str(tmp_path / "out.yml"), "content": "{{ [fetched, without] | to_yaml }}"}},
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "vars": variables,
+                                                        "tasks": tasks}]))  # fmt: skip
+    run = local_play(tmp_path / "play.yml")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    fetched, none = yaml.safe_load((tmp_path / "out.yml").read_text())
+    assert fetched["published"]["problems"] == [] and fetched["problems"] == {}, fetched
+    assert fetched["published"]["source"]["sha256"] == {"config.json": files["config.json"]["sha256"]}
+    assert (Path(fetched["published"]["source"]["snapshot"]) / "config.json").read_bytes() == b"{}\n"
+    assert none["published"] == {"source": {}, "problems": []} and "snapshot" not in none

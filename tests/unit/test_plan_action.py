@@ -19,11 +19,15 @@ TABLES = sorted(str(path) for path in (ROOT / "roles/sglang_plan/files").glob("s
 
 
 def run_plan(
-    tmp_path: Path, host_facts: dict[str, Any], settings: dict[str, Any] | None, variables: dict[str, Any] | None = None
+    tmp_path: Path,
+    host_facts: dict[str, Any] | None,
+    settings: dict[str, Any] | None,
+    variables: dict[str, Any] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """A play (with `variables`) of the action's task (with `settings` unless None) and a task that writes its answer
-    and the host's facts it set (facts.json)."""
+    """A play (with `variables`) of the action's task (with `host_facts` and `settings` unless None) and a task that
+    writes its answer and the host's facts it set (facts.json)."""
     given = {"settings": settings} if settings is not None else {}
+    given |= {"host_facts": host_facts} if host_facts is not None else {}
     play = [
         {
             "hosts": "localhost",
@@ -31,7 +35,7 @@ def run_plan(
             "vars": variables or {},
             "tasks": [
                 {
-                    "sglang.fleet.sglang_plan": {"host_facts": host_facts, **given, "support_tables": TABLES},
+                    "sglang.fleet.sglang_plan": {**given, "support_tables": TABLES},
                     "register": "answer",
                 },
                 {
@@ -63,6 +67,22 @@ def test_the_plan_is_derived_from_the_module_s_answer(stand_in_model_dir: Path, 
     assert seen["answer"]["plan"] == expected
     # ct129's settings ask for two GPUs per instance: this host has one.
     assert any("1 GPU(s) [0] hold 0 instance(s) of 2 GPU(s)" in problem for problem in expected["problems"]), expected
+    assert seen["answer"]["rendezvous"] == {"listen": [], "reach": []}, "no nodes' check for a plan with problems"
+
+
+def test_the_nodes_check_comes_with_the_plan_and_none_with_its_problems() -> None:
+    """What the role's next tasks open and reach between the nodes of an instance across hosts (module_utils/multinode.py
+    rendezvous_checks), from the plan's instances and the ports the host listens on; nothing where the plan has
+    problems (it is refused: its nodes are not checked)."""
+    from ansible_collections.sglang.fleet.plugins.action.sglang_plan import rendezvous
+
+    rank_0 = {"name": "sglang-30000", "group": "big", "node_rank": 0, "rendezvous_port": 25000,
+              "node_addresses": ["10.0.0.1", "10.0.0.2"]}  # fmt: skip
+    listen = {"instance": "sglang-30000", "group": "big", "port": 25000, "peers": ["10.0.0.2"]}
+    checked = rendezvous({"instances": [rank_0], "problems": []}, [])
+    assert [{key: entry[key] for key in listen} for entry in checked["listen"]] == [listen] and checked["reach"] == []
+    assert rendezvous({"instances": [rank_0], "problems": []}, [{"port": 25000}]) == {"listen": [], "reach": []}
+    assert rendezvous({"instances": [rank_0], "problems": ["b200 ..."]}, []) == {"listen": [], "reach": []}
 
 
 def test_a_failed_module_call_fails_the_task_and_plans_nothing(tmp_path: Path) -> None:
@@ -92,3 +112,54 @@ def test_without_settings_the_action_gathers_them_from_the_host_s_variables(stan
     host = {**seen["sglang_host"], "model": seen["answer"]["model"], "group_models": {}}
     assert seen["answer"]["plan"] == sglang_plan(settings, host, TABLES)
     assert seen["answer"]["plan"]["instances"] == [] and seen["answer"]["plan"]["problems"], "ct129's shape, one GPU here"
+
+
+def test_without_host_facts_the_action_takes_the_module_s_options_from_the_host_s_variables(
+    stand_in_model_dir: Path, tmp_path: Path
+) -> None:
+    """The role's task gives no options: nvidia-smi, the fact subsets, the model's checked files and the servers'
+    account come from the variables (read once each, in Python), as the role's task once templated them."""
+    variables = {
+        **yaml.safe_load((ROOT / "roles/sglang_plan/defaults/main.yml").read_text()),
+        **yaml.safe_load((ROOT / "inventory/production/host_vars/ct129.yml").read_text()),
+        "sglang_model_path": str(stand_in_model_dir),
+        "sglang_plan_nvidia_smi": fake_nvidia_smi(tmp_path),
+        "sglang_plan_gather_subset": ["!all", "min"],
+        "sglang_plan_verified_file": str(tmp_path / "verified.json"),
+        "role_path": str(ROOT / "roles/sglang_plan"),
+    }
+    run = run_plan(tmp_path, None, None, variables)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    seen = json.loads((tmp_path / "facts.json").read_text())
+    assert [gpu["uuid"] for gpu in seen["sglang_host"]["gpus"]] == [H200_UUID], "the variables' nvidia-smi"
+    assert seen["answer"]["model"]["path"] == str(stand_in_model_dir), "the module read the served directory"
+
+
+def test_the_module_s_options_from_the_variables_check_the_lock_s_files_for_an_sglang_model() -> None:
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.host_variables import MISSING
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import host_facts_options
+
+    variables = {"sglang_model_sha256": {"config.json": "a" * 64}, "sglang_plan_gather_subset": ["min"],
+                 "sglang_plan_verified_file": "/v.json", "sglang_server_user": "llm"}  # fmt: skip
+
+    def variable(name: str, default: Any) -> Any:
+        if name in variables:
+            return variables[name]
+        assert default is not MISSING, name
+        return default
+
+    settings = {"nvidia_smi": "nvidia-smi", "model_sourced": False, "model_source": {},
+                "server_args": {"tokenizer-path": "/srv/tok"}, "instance_overrides": {},
+                "instance_groups": [{"name": "g", "model_path": "/srv/g"}]}  # fmt: skip
+    options = host_facts_options(variable, settings)
+    assert options == {
+        "nvidia_smi": "nvidia-smi",
+        "gather_subset": ["min"],
+        "model": {"sha256": {"config.json": "a" * 64}, "user": "llm", "group": "sglang", "verified_file": "/v.json",
+                  "tokenizer_paths": ["/srv/tok"]},
+        "group_models": ["/srv/g"],
+    }  # fmt: skip
+    sourced = {**settings, "model_sourced": True, "model_source": {"sha256": {"model.safetensors": "b" * 64}}}
+    assert host_facts_options(variable, sourced)["model"]["sha256"] == {"model.safetensors": "b" * 64}
+    # An sglang_model before its source is published (no control node's copy): sglang_model_sha256, as the role did.
+    assert host_facts_options(variable, {**sourced, "model_source": {}})["model"]["sha256"] == {"config.json": "a" * 64}

@@ -34,9 +34,10 @@ def run_check(tmp_path: Path, port: int) -> dict[str, list[str]]:
     """Each host's sglang_nodes_preflight_problems after the check."""
     item = {"instance": "sglang-30000", "group": "big", "port": port}
     hosts: dict[str, dict[str, Any]] = {
-        "r0": {"_sglang_plan_rendezvous": {"listen": [{**item, "peers": ["127.0.0.1"], "seconds": 6}], "reach": []}},
-        "r1": {"_sglang_plan_rendezvous": {"listen": [],
-                                           "reach": [{**item, "rank_0": "r0", "address": "127.0.0.1", "seconds": 3}]}},
+        "r0": {"_sglang_plan_host_facts": {"rendezvous": {"listen": [{**item, "peers": ["127.0.0.1"], "seconds": 6}],
+                                                          "reach": []}}},
+        "r1": {"_sglang_plan_host_facts": {"rendezvous": {
+            "listen": [], "reach": [{**item, "rank_0": "r0", "address": "127.0.0.1", "seconds": 3}]}}},
     }  # fmt: skip
     for variables in hosts.values():
         variables.update(ansible_connection="local", ansible_python_interpreter=sys.executable)
