@@ -106,8 +106,15 @@ def test_each_role_publishes_its_fact_in_its_preflight(role: str) -> None:
             if fact in (task.get("ansible.builtin.set_fact") or {})
         ]
         [value] = [value for file, value in values if file == "preflight"]
-        # A dict, or one expression of a dict literal ({'key': ..., ...}).
-        published = set(value) if isinstance(value, dict) else set(re.findall(r"'(\w+)': ", value))
+        # A dict, one expression of a dict literal ({'key': ..., ...}), or a field of what the sglang_venv role's
+        # preflight derived in Python (_sglang_venv_host, filter sglang_venv_host).
+        derived = re.fullmatch(r"\{\{ _sglang_venv_host\.(\w+) \}\}", value) if isinstance(value, str) else None
+        if derived:
+            from venv_host import venv_host
+
+            published = set(venv_host()[derived[1]])
+        else:
+            published = set(value) if isinstance(value, dict) else set(re.findall(r"'(\w+)': ", value))
         added = {key for file, later in values if file == "checks" for key in re.findall(r"combine\(\{'(\w+)'", later)}
         assert {file for file, _ in values} <= {"preflight", "checks"} and published | added == keys
         assert fact in str(spec(role)["preflight"].get("description")), "the spec's preflight entry point documents it"
