@@ -234,6 +234,7 @@ def _wheelhouses(runtime: str, settings: Mapping[str, Any], python_tag: str, pac
     host_constraints = f"{host}/{WHEELHOUSE_CONSTRAINTS}"
     return {
         "wheelhouse": {
+            "cache": settings["wheelhouse_cache"],
             "dir": directory,
             "glibc_minor": glibc_minor,
             # The version's constraints (the role's file) and their copy beside the wheels, with the wheels' hashes.

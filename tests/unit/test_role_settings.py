@@ -444,6 +444,7 @@ def test_the_venv_host_knows_a_complete_wheelhouse(tmp_path: Any) -> None:
 
     house = venv_host("sglang", wheelhouse_cache=str(tmp_path))["wheelhouse"]
     assert not house["complete"] and house["dir"].startswith(f"{tmp_path}/sglang-0.5.23-cp311-x86_64-glibc2.36-")
+    assert house["cache"] == str(tmp_path), "where checks look for the control node's room"
     (tmp_path / house["dir"]).mkdir()
     (tmp_path / house["dir"] / ".complete").write_text("sglang==0.5.23\n")
     assert venv_host("sglang", wheelhouse_cache=str(tmp_path))["wheelhouse"]["complete"]
