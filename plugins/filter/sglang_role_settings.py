@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.filter.systemd import systemd_hardening
+from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines
 from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import unique
 
 # What every instance unit may open besides its GPUs' nodes (filter sglang_server_unit_properties adds those).
@@ -159,13 +161,13 @@ def sglang_venv_parsed_marker(
 def sglang_venv_request(runtime: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     """What deploy's probe reads for the runtime `runtime` (the role's request, sglang_venv_probe; nothing for a runtime
     not among `runtimes`): the OS packages it needs (`os_packages`, and python3.11 where `python_installs`), its venv
-    (`path`) with its pins (`packages`; SGLang's: every wheel its wheelhouse pinned, `pins_file`, filter
+    (`path`) with its pins (`packages`; SGLang's: every wheel its wheelhouse pinned, `pins_file`,
     sglang_wheelhouse_pins), the simulator's unpacked package and its .pth (`simulator_dir`, `python_minor`), this
     sglang-fleet's checker (`checker`) and CUDA smoke check (role files, `files_dir`) at their content, the import of
     the runtime's version, the venvs of the runtime under `root`, the marker that it parsed these command lines
     (`marker`), the host's wheelhouse archive and unpacked marker (`room`), the free space under `root` and
-    `host_wheelhouse`; and the settings of the role's decision (module_utils/role_decisions.py: sglang_venv). One filter
-    call: the settings are templated once, not each string of the structures it replaced."""
+    `host_wheelhouse`; and the settings of the role's decision (module_utils/role_decisions.py: sglang_venv). Part of
+    sglang_venv_host's answer."""
     path, version, root = settings["path"], settings["version"], settings["root"]
     venvs = f"{root}/{runtime}-*"
     decide = {"venv": path, "venvs": venvs, "keep_previous": settings["keep_previous"], "checker": settings["checker"]}
@@ -208,6 +210,137 @@ def sglang_venv_request(runtime: str, settings: Mapping[str, Any]) -> dict[str, 
             "free_space": [root, settings["host_wheelhouse"]],
         },
         "decide": decide,
+    }
+
+
+# The two files shipped with the wheels of a wheelhouse: every wheel pinned with its SHA-256 (lookup
+# sglang_venv_wheel_hashes, on the control node) and the version's constraints.
+WHEELHOUSE_REQUIREMENTS = "requirements-hashed.txt"
+WHEELHOUSE_CONSTRAINTS = "constraints.txt"
+
+
+def _wheelhouses(runtime: str, settings: Mapping[str, Any], python_tag: str, packages: Sequence[str]) -> dict[str, Any]:
+    """The control node's wheelhouse for this host (`wheelhouse`: SGLang's only, and only where the version's
+    constraints file exists: another release is the plan's problem, refused at the gate) and the host's copy of it."""
+    version, files_dir = settings["version"], settings["files_dir"]
+    constraints = f"{files_dir}/constraints-{version}.txt"
+    glibc_minor = int(str(settings["host_facts"].get("glibc_version") or "2.34").split(".")[1])
+    directory = ""
+    if runtime == "sglang" and os.path.isfile(constraints):
+        directory = sglang_wheelhouse_dir(
+            settings["wheelhouse_cache"], version, python_tag, settings["architecture"], glibc_minor, constraints, packages
+        )
+    host = f"{settings['host_wheelhouse']}/sglang-{version}"
+    host_constraints = f"{host}/{WHEELHOUSE_CONSTRAINTS}"
+    return {
+        "wheelhouse": {
+            "cache": settings["wheelhouse_cache"],
+            "dir": directory,
+            "glibc_minor": glibc_minor,
+            # The version's constraints (the role's file) and their copy beside the wheels, with the wheels' hashes.
+            "source_constraints": constraints,
+            "constraints": f"{directory}/{WHEELHOUSE_CONSTRAINTS}",
+            "requirements": f"{directory}/{WHEELHOUSE_REQUIREMENTS}",
+            "archive": f"{directory}.tar",
+            "complete": bool(directory) and os.path.isfile(f"{directory}/.complete"),
+        },
+        "host_wheelhouse": {
+            "dir": host,
+            "archive": f"{host}.tar",
+            "requirements": f"{host}/{WHEELHOUSE_REQUIREMENTS}",
+            "constraints": host_constraints,
+            # The host's pip: the wheelhouse only, every requirement with its hash, and the version's constraints.
+            "pip_args": ["--no-index", "--find-links", host, "--require-hashes", "--constraint", host_constraints],
+        },
+    }
+
+
+def sglang_venv_host(runtime: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything the sglang_venv role derives for a host from its plain settings, once (set_fact in preflight): the
+    venv (`path`, `bin`, `checker`), the Python that builds it (`python`, sglang_venv_python), the runtime's
+    top-level pins (`packages`), the control node's wheelhouse and the host's copy (`wheelhouse`, `host_wheelhouse`),
+    the simulator's archive and where it is unpacked (`simulator`), the command-line checker's argv and input
+    (`args_checker`, `parse_input`) and the marker that it parsed them (`parsed_marker`), the install's footprint and
+    the places whose room preflight checks (`footprint`, `room`), the fact the servers run (`runtime`: python, module,
+    cuda_check, environment) and deploy's probe request (`request`, sglang_venv_request).
+
+    `settings`: runtimes, root, version, router_version, python (sglang_venv_python), python_asked (preflight's answer,
+    when the plan's probe did not know it), python_install, distribution, os_family, os_packages, architecture,
+    host_facts (ansible_facts.sglang_host: python_versions, glibc_version), wheelhouse_cache, host_wheelhouse,
+    keep_previous, files_dir (the role's files), instances (sglang_instances), runtime_environment, simulator_archive
+    (lookup sglang_venv_archive, runtime "simulator" only), and the role's tables server_modules, args_parsers,
+    footprints."""
+    version, root = settings["version"], settings["root"]
+    known = runtime in settings["runtimes"]
+    path = f"{root}/{runtime}-{version}"
+    bin_dir = f"{path}/bin"
+    host_facts: Mapping[str, Any] = settings["host_facts"] or {}
+    python = sglang_venv_python(
+        settings["python"], host_facts.get("python_versions") or {}, settings["python_asked"], settings["python_install"],
+        settings["distribution"],
+    )  # fmt: skip
+    router = f"smg=={settings['router_version']}"
+    packages = {"sglang": [f"sglang=={version}", router], "simulator": [router]}.get(runtime, [])
+    houses = _wheelhouses(runtime, settings, python["tag"], packages)
+    # The environment each runtime gives every server (the simulator stands in for the pinned SGLang version), then
+    # sglang_venv_runtime_environment (user-set).
+    environment = {**({"SGLANG_SIM_VERSION": version} if runtime == "simulator" else {}), **settings["runtime_environment"]}
+    checker = f"{path}/check_server_args.py"
+    # Parses every instance's command line with the runtime's own parser, in one process (files/check_server_args.py),
+    # in the servers' environment; its input: the exact argv each unit runs (as `to_json` writes it).
+    args_checker = [f"{bin_dir}/python", "-I", checker, *settings["args_parsers"].get(runtime, [])]
+    parse_input = json.dumps(checked_command_lines(settings["instances"]))
+    files_dir = settings["files_dir"]
+    marker = (
+        sglang_venv_parsed_marker(path, parse_input, args_checker, environment, f"{files_dir}/check_server_args.py")
+        if known else ""
+    )  # fmt: skip
+    archive = str(settings.get("simulator_archive") or "")
+    simulator_dir = f"{path}/simulator/{os.path.basename(archive).removesuffix('.tar.gz')}" if archive else ""
+    host_wheelhouse = houses["host_wheelhouse"]["dir"]
+    room = {
+        "venv_root": root,
+        "venv": path,
+        "venvs": f"{root}/{runtime}-*",
+        "host_wheelhouse": settings["host_wheelhouse"],
+        "archive": houses["host_wheelhouse"]["archive"],
+        "unpacked": f"{host_wheelhouse}/.unpacked-*",
+    }
+    # The CUDA smoke check preflight runs in each instance's sandbox (--expect N [--all-reduce] follow): torch in
+    # SGLang's venv (files/cuda_smoke_check.py), the simulator's own answer on test hosts.
+    cuda_check = {
+        "sglang": [f"{bin_dir}/python", f"{path}/cuda_smoke_check.py"],
+        "simulator": [f"{bin_dir}/python", "-m", "sglang_simulator.cuda_check"],
+    }.get(runtime, [])
+    # Nothing is read for a runtime not among `runtimes` (preflight refuses it): its request has the decision's settings.
+    request = sglang_venv_request(runtime, {
+        "runtimes": settings["runtimes"], "root": root, "path": path, "version": version,
+        "keep_previous": settings["keep_previous"], "checker": checker, "marker": marker,
+        "os_packages": settings["os_packages"] if settings["os_family"] == "Debian" else [],
+        "python_installs": python["installs"], "python_minor": python["minor"], "packages": packages,
+        "pins_file": houses["wheelhouse"]["requirements"] if runtime == "sglang" else "",
+        "simulator_dir": simulator_dir, "files_dir": files_dir, "room": room, "host_wheelhouse": settings["host_wheelhouse"],
+    })  # fmt: skip
+    return {
+        "path": path,
+        "bin": bin_dir,
+        "checker": checker,
+        "python": python,
+        "packages": packages,
+        **houses,
+        "simulator": {"archive": archive, "dir": simulator_dir},
+        "args_checker": args_checker,
+        "parse_input": parse_input,
+        "parsed_marker": marker,
+        "footprint": dict((settings["footprints"].get(runtime) or {}).get(version) or {}),
+        "room": room,
+        "runtime": {
+            "python": f"{bin_dir}/python",
+            "module": settings["server_modules"].get(runtime, ""),
+            "cuda_check": cuda_check,
+            "environment": environment,
+        },
+        "request": request,
     }
 
 
@@ -306,11 +439,7 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "sglang_router_processes": sglang_router_processes,
-            "sglang_venv_python": sglang_venv_python,
-            "sglang_wheelhouse_pins": sglang_wheelhouse_pins,
-            "sglang_wheelhouse_dir": sglang_wheelhouse_dir,
-            "sglang_venv_parsed_marker": sglang_venv_parsed_marker,
-            "sglang_venv_request": sglang_venv_request,
+            "sglang_venv_host": sglang_venv_host,
             "sglang_server_sandbox": sglang_server_sandbox,
             "sglang_server_request": sglang_server_request,
             "sglang_server_environment": sglang_server_environment,

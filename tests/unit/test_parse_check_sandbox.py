@@ -71,8 +71,12 @@ def test_preflight_parses_through_the_sandboxed_module_never_as_root() -> None:
     assert task["no_log"] is True
     assert task["failed_when"] is False, "Ansible fails a result with rc != 0: a check that could not run is no failure"
     assert "accounts" in task["when"], "not before the account exists"
-    venv_vars = yaml.safe_load((ROOT / "roles/sglang_venv/vars/main.yml").read_text())
-    assert "'-I'" in venv_vars["_sglang_venv_args_checker"]
+    assert arguments["argv"] == "{{ _sglang_venv_host.args_checker }}"
+    from venv_host import venv_host
+
+    assert venv_host()["args_checker"][:3] == [
+        "/opt/sglang/sglang-0.5.23/bin/python", "-I", "/opt/sglang/sglang-0.5.23/check_server_args.py",
+    ], "isolated: the model's folder is no import path"  # fmt: skip
     server = yaml.safe_load((ROOT / "roles/sglang_server/tasks/preflight.yml").read_text())
     published = next(task for task in server if "sglang_service" in task.get("ansible.builtin.set_fact", {}))
     assert "'sandbox': _sglang_server_sandbox," in published["ansible.builtin.set_fact"]["sglang_service"]

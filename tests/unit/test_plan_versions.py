@@ -181,24 +181,12 @@ def test_missing_constraints_file(plan: Plan) -> None:
 )
 def test_the_simulator_stands_in_for_the_pinned_version(runtime: str, expected: dict[str, str]) -> None:
     import yaml
-    from ansible.plugins.filter.core import FilterModule
-    from jinja2.nativetypes import NativeEnvironment
+    from venv_host import ROLE_VARS, venv_host
 
-    environment = NativeEnvironment()
-    environment.filters.update(FilterModule().filters())
-    role_vars = yaml.safe_load((ROOT / "roles/sglang_venv/vars/main.yml").read_text())
-    variables: dict[str, Any] = {
-        "sglang_version": "0.5.17",
-        "sglang_venv_runtime": runtime,
-        "sglang_venv_runtime_environment": {"SGLANG_SIM_LOAD_SECONDS": "1"},
-    }
-    variables["_sglang_venv_runtime_default_environment"] = {
-        name: {key: environment.from_string(value).render(**variables) for key, value in env.items()}
-        for name, env in role_vars["_sglang_venv_runtime_default_environment"].items()
-    }
-    rendered: Any = environment.from_string(role_vars["_sglang_venv_server_environment"]).render(**variables)
-    assert rendered == expected
-    # The servers get it through the role's published fact (sglang_runtime.environment), the checker directly.
+    host = venv_host(runtime, version="0.5.17", runtime_environment={"SGLANG_SIM_LOAD_SECONDS": "1"})
+    assert host["runtime"]["environment"] == expected
+    # The servers get it through the role's published fact (sglang_runtime.environment), the checker's marker is named
+    # by it (a changed environment parses again).
     server_vars = (ROOT / "roles/sglang_server/vars/main.yml").read_text()
     assert "sglang_server_environment(sglang_server_home, sglang_runtime.environment," in server_vars
     preflight = (ROOT / "roles/sglang_venv/tasks/preflight.yml").read_text()
@@ -207,9 +195,9 @@ def test_the_simulator_stands_in_for_the_pinned_version(runtime: str, expected: 
         for task in yaml.safe_load(preflight)
         if "sglang_runtime" in (task.get("ansible.builtin.set_fact") or {})
     ]
-    assert published["environment"] == "{{ _sglang_venv_server_environment }}"
-    assert 'environment: "{{ _sglang_venv_server_environment }}"' in preflight, "the checker parses as the servers' release"
-    assert role_vars["_sglang_venv_args_parser"][runtime], "each runtime names its own parser"
+    assert published == "{{ _sglang_venv_host.runtime }}"
+    assert venv_host(runtime, version="0.5.17")["parsed_marker"] != host["parsed_marker"], "parsed again"
+    assert ROLE_VARS["_sglang_venv_args_parser"][runtime], "each runtime names its own parser"
 
 
 def test_a_host_moved_from_0_5_17_is_told_when_each_retired_flag_went_and_what_replaces_it(plan: Plan) -> None:

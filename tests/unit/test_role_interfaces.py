@@ -106,13 +106,20 @@ def test_each_role_publishes_its_fact_in_its_preflight(role: str) -> None:
             if fact in (task.get("ansible.builtin.set_fact") or {})
         ]
         [value] = [value for file, value in values if file == "preflight"]
-        # A dict, one expression of a dict literal ({'key': ..., ...}), or the router's filter call that returns it.
-        published = set(value) if isinstance(value, dict) else set(re.findall(r"'(\w+)': ", value))
-        if isinstance(value, str) and "sglang.fleet.sglang_router_published(" in value:
+        # A dict, one expression of a dict literal ({'key': ..., ...}), the router's filter call that returns it, or a
+        # field of what the sglang_venv role's preflight derived in Python (_sglang_venv_host, filter sglang_venv_host).
+        derived = re.fullmatch(r"\{\{ _sglang_venv_host\.(\w+) \}\}", value) if isinstance(value, str) else None
+        if derived:
+            from venv_host import venv_host
+
+            published = set(venv_host()[derived[1]])
+        elif isinstance(value, str) and "sglang.fleet.sglang_router_published(" in value:
             from ansible_collections.sglang.fleet.plugins.filter.sglang_router_settings import sglang_router_published
             from fleet import router_settings
 
             published = set(sglang_router_published(router_settings(), "ct129", {}, []))
+        else:
+            published = set(value) if isinstance(value, dict) else set(re.findall(r"'(\w+)': ", value))
         added = {key for file, later in values if file == "checks" for key in re.findall(r"combine\(\{'(\w+)'", later)}
         assert {file for file, _ in values} <= {"preflight", "checks"} and published | added == keys
         assert fact in str(spec(role)["preflight"].get("description")), "the spec's preflight entry point documents it"

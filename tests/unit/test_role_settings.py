@@ -276,3 +276,181 @@ def test_the_instances_sandbox_and_environment_as_the_role_s_templates_gave_them
         "TORCHINDUCTOR_CACHE_DIR": "/var/cache/k/inductor",
         "SGLANG_SIM_VERSION": "0.5.23",
     }, "the service's home over CUDA's, the caches under cache_dir, the runtime's over all"
+
+
+# The templates of roles/sglang_venv/vars/main.yml that filter sglang_venv_host replaced (main before issue 37's
+# sglang_venv part), in dependency order: each is rendered with the ones above it.
+VENV_TEMPLATES = r"""
+_sglang_venv_path: "{{ sglang_venv_root }}/{{ sglang_venv_runtime }}-{{ sglang_version }}"
+_sglang_venv_bin: "{{ _sglang_venv_path }}/bin"
+_sglang_venv_packages:
+  sglang: ["sglang=={{ sglang_version }}", "smg=={{ sglang_venv_router_version }}"]
+  simulator: ["smg=={{ sglang_venv_router_version }}"]
+_sglang_venv_constraints: "{{ role_path }}/files/constraints-{{ sglang_version }}.txt"
+_sglang_venv_python: >-
+  {{ sglang_venv_python | sglang_venv_python(ansible_facts.sglang_host.python_versions | default({}),
+                                             _sglang_venv_python_version | default({}),
+                                             sglang_venv_python_install, ansible_facts.distribution | default('')) }}
+_sglang_venv_glibc_minor: "{{ (ansible_facts.sglang_host.glibc_version | default('2.34')).split('.')[1] | int }}"
+_sglang_venv_wheelhouse_dir: >-
+  {{ sglang_venv_wheelhouse_cache | sglang_wheelhouse_dir(sglang_version, _sglang_venv_python.tag, ansible_facts.architecture,
+     _sglang_venv_glibc_minor, _sglang_venv_constraints, _sglang_venv_packages.sglang) }}
+_sglang_venv_cuda_check:
+  sglang: ["{{ _sglang_venv_bin }}/python", "{{ _sglang_venv_path }}/cuda_smoke_check.py"]
+  simulator: ["{{ _sglang_venv_bin }}/python", -m, sglang_simulator.cuda_check]
+_sglang_venv_checker: "{{ _sglang_venv_path }}/check_server_args.py"
+_sglang_venv_args_checker: >-
+  {{ [_sglang_venv_bin ~ '/python', '-I', _sglang_venv_checker] + _sglang_venv_args_parser[sglang_venv_runtime] }}
+_sglang_venv_parse_input: "{{ sglang_instances | sglang_checked_command_lines | to_json }}"
+_sglang_venv_runtime_default_environment:
+  sglang: {}
+  simulator:
+    SGLANG_SIM_VERSION: "{{ sglang_version }}"
+_sglang_venv_server_environment: >-
+  {{ _sglang_venv_runtime_default_environment[sglang_venv_runtime] | default({}) | combine(sglang_venv_runtime_environment) }}
+_sglang_venv_parsed_marker: >-
+  {{ _sglang_venv_path | sglang_venv_parsed_marker(_sglang_venv_parse_input, _sglang_venv_args_checker,
+                                                   _sglang_venv_server_environment, role_path ~ '/files/check_server_args.py') }}
+_sglang_venv_simulator_dir: >-
+  {{ _sglang_venv_path }}/simulator/{{ _sglang_venv_simulator_archive | basename | regex_replace('\\.tar\\.gz$', '') }}
+_sglang_venv_host_wheelhouse_dir: "{{ sglang_venv_host_wheelhouse }}/sglang-{{ sglang_version }}"
+_sglang_venv_footprint: "{{ _sglang_venv_footprints[sglang_venv_runtime][sglang_version] | default({}) }}"
+_sglang_venv_room_places:
+  venv_root: "{{ sglang_venv_root }}"
+  venv: "{{ _sglang_venv_path }}"
+  venvs: "{{ sglang_venv_root }}/{{ sglang_venv_runtime }}-*"
+  host_wheelhouse: "{{ sglang_venv_host_wheelhouse }}"
+  archive: "{{ _sglang_venv_host_wheelhouse_dir }}.tar"
+  unpacked: "{{ _sglang_venv_host_wheelhouse_dir }}/.unpacked-*"
+"""
+
+
+def old_venv_vars(runtime: str, facts: dict[str, Any], **variables: Any) -> dict[str, Any]:
+    """The role's vars as those templates gave them for a host, with Ansible's own filters."""
+    import jinja2
+    from ansible.plugins.filter.core import FilterModule as CoreFilters
+    from ansible.plugins.filter.mathstuff import FilterModule as MathFilters
+    from ansible_collections.sglang.fleet.plugins.filter import sglang_role_settings as role_settings
+    from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines
+    from jinja2.nativetypes import NativeEnvironment
+    from venv_host import DEFAULTS, ROLE, ROLE_VARS
+
+    environment = NativeEnvironment(undefined=jinja2.ChainableUndefined)  # as Ansible's, for `x[a][b] | default`
+    environment.filters.update(CoreFilters().filters() | MathFilters().filters())
+    environment.filters["default"] = jinja2.filters.do_default  # Ansible's own expects its templar's undefined
+    environment.filters.update(
+        sglang_venv_python=role_settings.sglang_venv_python, sglang_wheelhouse_dir=role_settings.sglang_wheelhouse_dir,
+        sglang_venv_parsed_marker=role_settings.sglang_venv_parsed_marker, sglang_checked_command_lines=checked_command_lines,
+    )  # fmt: skip
+    known: dict[str, Any] = {
+        **{name: value for name, value in DEFAULTS.items() if "{{" not in str(value)}, **ROLE_VARS,
+        "role_path": str(ROLE), "sglang_version": "0.5.23", "sglang_venv_runtime": runtime, "ansible_facts": facts,
+        "sglang_venv_wheelhouse_cache": "/home/me/.cache/sglang-fleet/wheelhouse", **variables,
+    }  # fmt: skip
+
+    def one(template: Any) -> Any:
+        if isinstance(template, dict):
+            return {key: one(value) for key, value in template.items()}
+        if isinstance(template, list):
+            return [one(item) for item in template]
+        return environment.from_string(template).render(**known) if isinstance(template, str) else template
+
+    for name, template in yaml.safe_load(VENV_TEMPLATES).items():
+        if name == "_sglang_venv_wheelhouse_dir" and runtime != "sglang":
+            continue  # read for SGLang only
+        known[name] = one(template)
+    return known
+
+
+INSTANCES_TO_PARSE = [
+    {"name": "sglang-30000", "argv": ["--port", "30000", "--model-path", "/m"], "config_file": "/etc/k.yaml", "tls_files": []},
+    {"name": "sglang-30001", "argv": ["--port", "30001", "--model-path", "/m"]},
+]
+
+
+def test_the_venv_host_derives_what_the_role_s_templates_did() -> None:
+    """Every path, argv, name and digest the role's vars templated, for each runtime: the same values (a converged host
+    stays converged: its venv, wheelhouse and parsed marker keep their names)."""
+    from venv_host import venv_host
+
+    facts = {"sglang_host": {"python_versions": {"python3": "3.12"}, "glibc_version": "2.39"}, "architecture": "aarch64",
+             "distribution": "Ubuntu"}  # fmt: skip
+    for runtime, archive in (("sglang", ""), ("simulator", "/home/me/.cache/sglang-fleet/sglang_simulator-0123abcd.tar.gz")):
+        old = old_venv_vars(runtime, facts, sglang_instances=INSTANCES_TO_PARSE, _sglang_venv_simulator_archive=archive,
+                            sglang_venv_runtime_environment={"SGLANG_SIM_LOAD_SECONDS": "1"})  # fmt: skip
+        new = venv_host(
+            runtime, distribution="Ubuntu", architecture="aarch64", host_facts=facts["sglang_host"], instances=INSTANCES_TO_PARSE,
+            simulator_archive=archive, runtime_environment={"SGLANG_SIM_LOAD_SECONDS": "1"},
+        )  # fmt: skip
+        assert [new["path"], new["bin"], new["checker"]] == [old[f"_sglang_venv_{name}"] for name in ("path", "bin", "checker")]
+        assert new["python"] == old["_sglang_venv_python"] and new["python"]["tag"] == "312"
+        assert new["packages"] == old["_sglang_venv_packages"][runtime]
+        assert new["args_checker"] == old["_sglang_venv_args_checker"]
+        assert new["parse_input"] == old["_sglang_venv_parse_input"]
+        assert new["parsed_marker"] == old["_sglang_venv_parsed_marker"], "a converged host does not parse again"
+        assert new["runtime"] == {
+            "python": f"{old['_sglang_venv_bin']}/python", "module": ROLE_MODULES[runtime],
+            "cuda_check": old["_sglang_venv_cuda_check"][runtime], "environment": old["_sglang_venv_server_environment"],
+        }  # fmt: skip
+        assert new["host_wheelhouse"]["dir"] == old["_sglang_venv_host_wheelhouse_dir"]
+        assert new["room"] == old["_sglang_venv_room_places"] and new["footprint"] == old["_sglang_venv_footprint"]
+        if runtime == "sglang":
+            assert new["wheelhouse"]["dir"] == old["_sglang_venv_wheelhouse_dir"], "the control node's cache is found again"
+            assert new["wheelhouse"]["glibc_minor"] == 39 and new["simulator"] == {"archive": "", "dir": ""}
+            assert new["footprint"]["wheels_bytes"] > 0
+        else:
+            assert new["simulator"] == {"archive": archive, "dir": old["_sglang_venv_simulator_dir"]}
+            assert new["wheelhouse"]["dir"] == "" and not new["wheelhouse"]["complete"]
+
+
+ROLE_MODULES = {"sglang": "sglang.launch_server", "simulator": "sglang_simulator"}
+
+
+def test_the_venv_host_s_probe_request_is_the_one_the_role_built() -> None:
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_venv_request
+    from venv_host import venv_host
+
+    host = venv_host("simulator", simulator_archive="/c/sglang_simulator-1.tar.gz", instances=INSTANCES_TO_PARSE)
+    assert host["request"] == sglang_venv_request("simulator", {
+        "runtimes": ["sglang", "simulator"], "root": "/opt/sglang", "path": host["path"], "version": "0.5.23",
+        "keep_previous": 1, "checker": host["checker"], "marker": host["parsed_marker"],
+        "os_packages": ["python3-venv", "python3-packaging"], "python_installs": False, "python_minor": "3.11",
+        "packages": ["smg==1.13.0"], "pins_file": "",
+        "simulator_dir": "/opt/sglang/simulator-0.5.23/simulator/sglang_simulator-1",
+        "files_dir": str(ROOT / "roles/sglang_venv/files"), "room": host["room"],
+        "host_wheelhouse": "/var/cache/sglang-fleet/wheelhouse",
+    })  # fmt: skip
+    assert host["parsed_marker"] in host["request"]["read"]["globs"]
+    # Not Debian: no OS packages to compare; Ubuntu's Python 3.10: python3.11 installed, and read.
+    assert venv_host("sglang", os_family="RedHat")["request"]["read"]["packages"] == {}
+    older = venv_host("sglang", distribution="Ubuntu", host_facts={"python_versions": {"python3": "3.10"}})
+    assert older["python"]["interpreter"] == "/usr/bin/python3.11" and older["python"]["tag"] == "311"
+    assert {"python3.11", "python3.11-venv"} <= set(older["request"]["read"]["packages"])
+    assert older["wheelhouse"]["glibc_minor"] == 34, "no glibc found: manylinux_2_34's wheels, as before"
+
+
+def test_the_venv_host_of_a_release_or_runtime_it_cannot_install(tmp_path: Any) -> None:
+    """A release without its constraints file (the plan refuses it, at the gate) or an unknown runtime (the venv checks
+    refuse it): derived without an error, nothing read for the unknown runtime."""
+    from venv_host import venv_host
+
+    release = venv_host("sglang", version="0.4.0")
+    assert release["wheelhouse"]["dir"] == "" and release["footprint"] == {}
+    assert release["request"]["read"]["venvs"][0]["pins"] == ["sglang==0.4.0", "smg==1.13.0"], "the top-level pins"
+    unknown = venv_host("conda")
+    assert unknown["request"]["read"] == {} and unknown["parsed_marker"] == "" and unknown["runtime"]["module"] == ""
+    assert unknown["packages"] == [] and unknown["runtime"]["cuda_check"] == []
+
+
+def test_the_venv_host_knows_a_complete_wheelhouse(tmp_path: Any) -> None:
+    from venv_host import venv_host
+
+    house = venv_host("sglang", wheelhouse_cache=str(tmp_path))["wheelhouse"]
+    assert not house["complete"] and house["dir"].startswith(f"{tmp_path}/sglang-0.5.23-cp311-x86_64-glibc2.36-")
+    assert house["cache"] == str(tmp_path), "where checks look for the control node's room"
+    (tmp_path / house["dir"]).mkdir()
+    (tmp_path / house["dir"] / ".complete").write_text("sglang==0.5.23\n")
+    assert venv_host("sglang", wheelhouse_cache=str(tmp_path))["wheelhouse"]["complete"]
+    host = venv_host("sglang")["host_wheelhouse"]
+    copy = "/var/cache/sglang-fleet/wheelhouse/sglang-0.5.23"
+    assert host["pip_args"] == ["--no-index", "--find-links", copy, "--require-hashes", "--constraint", f"{copy}/constraints.txt"]

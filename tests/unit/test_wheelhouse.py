@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles/sglang_venv"
 
 from ansible_collections.sglang.fleet.plugins.lookup import sglang_venv_wheel_hashes as hashes  # noqa: E402
+from venv_host import ROLE_VARS, venv_host  # noqa: E402
 
 
 def tasks() -> dict[str, dict[str, Any]]:
@@ -31,26 +32,17 @@ def task_with(module: str) -> dict[str, Any]:
 
 
 def render(expression: Any, **variables: Any) -> Any:
-    """A role expression as Ansible renders it: the role's own vars (those it needs), and Ansible's quote filter."""
-    role_vars = yaml.safe_load((ROLE / "vars/main.yml").read_text())
+    """A role expression as Ansible renders it: preflight's fact (filter sglang_venv_host, with `variables` as its
+    settings), the role's plain vars, and Ansible's quote filter."""
     environment = NativeEnvironment()
     environment.filters["quote"] = shlex.quote
-    known: dict[str, Any] = {"sglang_venv_host_wheelhouse": "/var/cache/sglang-fleet/wheelhouse", "sglang_version": "0.5.23"}
-    known.update(variables)
+    known: dict[str, Any] = {"_sglang_venv_host": venv_host(**variables), **ROLE_VARS}
 
     def one(template: Any) -> Any:
         if isinstance(template, list):
             return [one(item) for item in template]
         return environment.from_string(str(template)).render(**known)
 
-    for name in (  # in dependency order
-        "_sglang_venv_wheelhouse_constraints",
-        "_sglang_venv_wheelhouse_requirements",
-        "_sglang_venv_host_wheelhouse_dir",
-        "_sglang_venv_pip_install_args",
-        "_sglang_venv_unpack_options",
-    ):
-        known[name] = one(role_vars[name])
     return one(expression)
 
 
@@ -143,8 +135,10 @@ def test_the_host_unpacks_as_root_and_mends_an_older_unpack() -> None:
     assert mend["recurse"] is True and (mend["owner"], mend["group"], mend["mode"]) == ("root", "root", "u=rwX,go=rX")
     assert "when" not in tasks()["Keep every file of the host's wheelhouse root's, writable by root only"], "every run"
     packed = task_with("community.general.archive")["path"]
-    assert [render(p, _sglang_venv_wheelhouse_dir="/cache/w") for p in packed] == [
-        "/cache/w/*.whl", "/cache/w/requirements-hashed.txt", "/cache/w/constraints.txt",
+    house = venv_host(wheelhouse_cache="/cache")["wheelhouse"]["dir"]
+    assert house.startswith("/cache/sglang-0.5.23-cp311-x86_64-glibc2.36-")
+    assert [render(p, wheelhouse_cache="/cache") for p in packed] == [
+        f"{house}/*.whl", f"{house}/requirements-hashed.txt", f"{house}/constraints.txt",
     ]  # fmt: skip
 
 
@@ -152,7 +146,7 @@ def pip_argv(wheelhouse: Path) -> list[str]:
     """The host's `pip install` arguments, as the pip module builds them: extra_args (split), then -r requirements."""
     install = task_with("ansible.builtin.pip")
     assert "name" not in install, "every wheel comes from the hashed requirements"
-    variables = {"sglang_venv_host_wheelhouse": str(wheelhouse.parent), "sglang_version": wheelhouse.name.split("-", 1)[1]}
+    variables = {"host_wheelhouse": str(wheelhouse.parent), "version": wheelhouse.name.split("-", 1)[1]}
     return [*shlex.split(render(install["extra_args"], **variables)), "-r", render(install["requirements"], **variables)]
 
 
