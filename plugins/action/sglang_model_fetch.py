@@ -128,11 +128,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         def variable(name: str) -> Any:
             return host_variable(self._templar, task_vars, name)
 
-        names = [*ROLE_ARGUMENTS.values(), "sglang_model_root", "sglang_model_seed_hosts"]
-        names += [f"sglang_model_peer_{name}" for name in ("address", "port", "user")]
+        # Without an sglang_model, only what its problems read (as the task the role skipped then): a fetch's or a
+        # peer's variable (a token from a lookup, say) is not templated for a host that fetches nothing.
+        names = ["sglang_model", "sglang_model_root", "sglang_model_seed_hosts", "sglang_model_peer_user"]
         settings = {name: variable(name) for name in names}
         fetched: dict[str, Any] = {}
         if settings["sglang_model"]:
+            more = [*ROLE_ARGUMENTS.values(), "sglang_model_peer_address", "sglang_model_peer_port"]
+            settings.update({name: variable(name) for name in more if name not in settings})
             args = {argument: settings[name] for argument, name in ROLE_ARGUMENTS.items()}
             for path in ("lock_file", "cache_dir"):  # as the argument's type (path) expands them
                 args[path] = os.path.expanduser(os.path.expandvars(str(args[path])))

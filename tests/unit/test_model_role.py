@@ -274,7 +274,18 @@ def test_the_fetch_task_without_arguments_reads_the_role_s_variables(tmp_path: P
                                sglang_model_endpoint="", sglang_model_token="")  # fmt: skip
     tasks = [
         {"sglang.fleet.sglang_model_fetch": {}, "register": "fetched"},
-        {"sglang.fleet.sglang_model_fetch": {}, "register": "without", "vars": {"sglang_model": {}}},
+        # Without a model, a fetch's or a peer's variable is not read (the role skipped the task): an undefined one
+        # (a token from a vault or lookup that only a host with a model has) fails nothing.
+        {
+            "sglang.fleet.sglang_model_fetch": {},
+            "register": "without",
+            "vars": {
+                "sglang_model": {},
+                "sglang_model_token": "{{ no_such_token }}",
+                "sglang_model_lock_file": "{{ no_such_dir }}/model-lock.yml",
+                "sglang_model_peer_address": "{{ no_such_address }}",
+            },
+        },
         {"ansible.builtin.copy": {"dest": str(tmp_path / "out.yml"), "content": "{{ [fetched, without] | to_yaml }}"}},
     ]
     (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "vars": variables,
