@@ -37,6 +37,9 @@ options:
       A request's C(routers), each C({url, workers, keep_hosts, models, workers_file, api_key}) with C(api_key) an index
       into C(private_contents), are compared as module sglang_router_members would (in check mode, without asking
       the workers) and answered in its C(routers) - by URL, what differs, empty when nothing does.
+      The task may give instead a list of the names of the variables that hold the requests (deploy's probe,
+      C(sglang_plan_probes)): the action plugin templates each variable once, answers each request under its variable's
+      name, and passes the module this dict.
     type: dict
     default: {}
 author: sglang-fleet maintainers (@sglang-fleet)
