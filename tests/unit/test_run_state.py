@@ -433,12 +433,25 @@ def test_the_routers_restarted_before_the_rollout_get_their_unit_but_not_their_k
     variables: dict[str, Any] = {
         "sglang_router_probe": {"files": files},
         "_sglang_router_first": [
-            {"unit": "sglang-router.service", "unit_path": files[1]["dest"], "keys_file": "/etc/sglang-router/router.json"}
+            {"unit": "sglang-router.service", "unit_path": files[1]["dest"], "keys_file": "/etc/sglang-router/router.json",
+             "tls_files": []}
         ],
         "_sglang_router_decision": {"account": []},
-    }
+    }  # fmt: skip
     written = render(write["sglang.fleet.sglang_instance_files"]["files"], **variables)
     assert [file["dest"] for file in written] == [files[1]["dest"]]
+    # A gateway that restarts first and turns to https in the same run: its certificate, key and CA with its unit (it
+    # would not start without them), not its keys file.
+    tls = [
+        "/etc/sglang-router/gateway-tls.pem",
+        "/etc/sglang-router/gateway-tls.key",
+        "/usr/local/lib/sglang-fleet/gateway-ca.pem",
+    ]
+    gateway = {"unit": "sglang-gateway.service", "unit_path": files[3]["dest"], "keys_file": files[4]["dest"], "tls_files": tls}
+    turning = {**variables, "sglang_router_probe": {"files": [*files, *({"dest": path} for path in tls)]},
+               "_sglang_router_first": [gateway]}  # fmt: skip
+    turned = render(write["sglang.fleet.sglang_instance_files"]["files"], **turning)
+    assert [file["dest"] for file in turned] == [files[3]["dest"], *tls]
     # Routers that move to their own account in this run: their keys file at its new place too (no file there yet).
     moving = {**variables, "_sglang_router_decision": {"account": ["the routers' account: to create"]}}
     moved = render(write["sglang.fleet.sglang_instance_files"]["files"], **moving)
