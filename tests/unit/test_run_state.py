@@ -434,20 +434,21 @@ def test_the_routers_restarted_before_the_rollout_get_their_unit_but_not_their_k
         "sglang_router_probe": {"files": files},
         "_sglang_router_first": [
             {"unit": "sglang-router.service", "unit_path": files[1]["dest"], "keys_file": "/etc/sglang-router/router.json",
-             "tls_files": []}
+             "tls_files": [], "ca_file": ""}
         ],
         "_sglang_router_decision": {"account": []},
     }  # fmt: skip
     written = render(write["sglang.fleet.sglang_instance_files"]["files"], **variables)
     assert [file["dest"] for file in written] == [files[1]["dest"]]
-    # A gateway that restarts first and turns to https in the same run: its certificate, key and CA with its unit (it
-    # would not start without them), not its keys file.
+    # A gateway that restarts first and turns to https in the same run: its certificate and key with its unit (it would
+    # not start without them) and the fleet's CA (it is waited for over https), not its keys file.
     tls = [
         "/etc/sglang-router/gateway-tls.pem",
         "/etc/sglang-router/gateway-tls.key",
         "/usr/local/lib/sglang-fleet/gateway-ca.pem",
     ]
-    gateway = {"unit": "sglang-gateway.service", "unit_path": files[3]["dest"], "keys_file": files[4]["dest"], "tls_files": tls}
+    gateway = {"unit": "sglang-gateway.service", "unit_path": files[3]["dest"], "keys_file": files[4]["dest"],
+               "tls_files": tls[:2], "ca_file": tls[2]}  # fmt: skip
     turning = {**variables, "sglang_router_probe": {"files": [*files, *({"dest": path} for path in tls)]},
                "_sglang_router_first": [gateway]}  # fmt: skip
     turned = render(write["sglang.fleet.sglang_instance_files"]["files"], **turning)
