@@ -370,3 +370,10 @@ def router_settings(host: str = "ct129", **variables: Any) -> dict[str, Any]:
     # A native environment renders the filter's dict itself (jinja2's stubs type render() as str).
     rendered: Any = environment.from_string(expression).render(**context)
     return dict(rendered)
+
+
+def pem_files(folder: Path, *names: str) -> list[str]:
+    """PEM files on the control node (the TLS filters check they are files there), by their absolute paths."""
+    for name in names:
+        (folder / name).write_text("-----BEGIN CERTIFICATE-----\n")
+    return [str(folder / name) for name in names]

@@ -18,6 +18,7 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_router import (
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.listen import connect_url, remote_url, url_host
 from ansible_collections.sglang.fleet.plugins.modules import sglang_rollout
+from fleet import pem_files
 
 KEY = hashlib.sha256(b"client-key").hexdigest()
 
@@ -232,13 +233,6 @@ def test_the_gateways_certificate_and_key_are_the_routers_account_to_read_and_th
     assert (other["enabled"], other["cert_path"], other["ca_file"]) == (False, "", f"{CA_DIR}/gateway-ca.pem")
     plain = sglang_gateway_tls("ct129", tls_settings(True, "", "", ""), ACCOUNT)
     assert (plain["enabled"], plain["files"], plain["ca_file"], len(plain["absent"])) == (False, [], "", 3)
-
-
-def pem_files(folder: Path, *names: str) -> list[str]:
-    """Files on the control node (the filter checks they are there), by their absolute paths."""
-    for name in names:
-        (folder / name).write_text("-----BEGIN CERTIFICATE-----\n")
-    return [str(folder / name) for name in names]
 
 
 def test_the_tls_variables_problems_name_host_and_variable(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from ansible_collections.sglang.fleet.plugins.filter.sglang_router import sglang
 from ansible_collections.sglang.fleet.plugins.module_utils import role_decisions
 from ansible_collections.sglang.fleet.plugins.module_utils.parser_check import checked_command_lines
 from ansible_collections.sglang.fleet.plugins.module_utils.rollout_plan import leaving_instances
+from fleet import pem_files
 
 Plan = Callable[..., dict[str, Any]]
 SECRETS = "/etc/sglang-fleet/secrets"
@@ -28,15 +29,8 @@ def server_tls(cert: str = "/c/worker.pem", key: str = "/c/worker.key", ca: str 
     return sglang_server_tls("b200", settings)
 
 
-def control_node_files(folder: Path, *names: str) -> list[str]:
-    """PEM files on the control node (the filter checks they are files there), by their absolute paths."""
-    for name in names:
-        (folder / name).write_text("-----BEGIN CERTIFICATE-----\n")
-    return [str(folder / name) for name in names]
-
-
 def test_the_instances_certificate_and_key_are_the_servers_group_to_read_and_root_s_to_write(tmp_path: Path) -> None:
-    cert, key, ca = control_node_files(tmp_path, "worker.pem", "worker.key", "ca.pem")
+    cert, key, ca = pem_files(tmp_path, "worker.pem", "worker.key", "ca.pem")
     tls = server_tls(cert, key, ca)
     assert tls["enabled"] and tls["problems"] == [] and tls["absent"] == []
     assert tls["files"] == [
@@ -57,7 +51,7 @@ def test_the_instances_certificate_and_key_are_the_servers_group_to_read_and_roo
 
 
 def test_the_instances_tls_variables_problems_name_host_and_variable_and_write_nothing(tmp_path: Path) -> None:
-    cert, ca = control_node_files(tmp_path, "worker.pem", "ca.pem")
+    cert, ca = pem_files(tmp_path, "worker.pem", "ca.pem")
     [half] = server_tls(cert, "", ca)["problems"]
     assert half.startswith('b200 host: sglang_server_tls_key="": the certificate and its key go together')
     assert "set both sglang_server_tls_cert and sglang_server_tls_key" in half
