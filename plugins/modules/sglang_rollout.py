@@ -646,16 +646,15 @@ def roll_back(host: Host, instance: dict[str, Any], params: dict[str, Any]) -> s
         return "no verified configuration to restore (the instance never passed verification); it is left as it is"
     # Waited for and put back at the URLs of what it restored (plain http where the failed switch was to https).
     back = in_place.as_verified(instance)
+    local_only = downgraded(instance, back)
     try:
         # It may be back in some routers already (a gateway's rejoin failed after its host's router took it back).
         leave_routers(host, instance, params["drain_timeout"])
         start_and_check(host, [back], params)
-        rejoin_routers(host, back, local_only=downgraded(instance, back))
+        rejoin_routers(host, back, local_only=local_only)
     except Exception as error:
         return f"restored {', '.join(restored)} but it did not come back: {error}"
-    return f"restored {', '.join(restored)}; the previous configuration is serving again" + (
-        LEFT_OUT if downgraded(instance, back) else ""
-    )
+    return f"restored {', '.join(restored)}; the previous configuration is serving again" + (LEFT_OUT if local_only else "")
 
 
 def rollout(host: Host, instances: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
@@ -774,8 +773,9 @@ def roll_back_nodes(host: Host, instances: list[dict[str, Any]], params: dict[st
     """A node of the instances failed: every node restores its last verified files and restarts at once, waited for."""
     restored = {instance["name"]: restore(instance) for instance in instances}
     # At the URLs of what they restored (plain http where the failed switch was to https).
-    planned = {instance["name"]: instance for instance in instances}
     back = [in_place.as_verified(instance) for instance in instances if restored[instance["name"]]]
+    planned = {instance["name"]: instance for instance in instances}
+    local_only = {instance["name"]: downgraded(planned[instance["name"]], instance) for instance in back}
     outcomes = {
         name: "no verified configuration to restore (the instance never passed verification); it is left as it is"
         for name, files in restored.items()
@@ -785,11 +785,11 @@ def roll_back_nodes(host: Host, instances: list[dict[str, Any]], params: dict[st
         try:
             start_and_check(host, back, params)
             for instance in back:
-                rejoin_routers(host, instance, local_only=downgraded(planned[instance["name"]], instance))
+                rejoin_routers(host, instance, local_only=local_only[instance["name"]])
             outcomes.update(
                 {
                     i["name"]: f"restored {', '.join(restored[i['name']])}; serving again"
-                    + (LEFT_OUT if downgraded(planned[i["name"]], i) else "")
+                    + (LEFT_OUT if local_only[i["name"]] else "")
                     for i in back
                 }
             )
