@@ -12,7 +12,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
-from ansible_collections.sglang.fleet.plugins.module_utils.multinode import rendezvous_checks
+from ansible_collections.sglang.fleet.plugins.module_utils.multinode import rendezvous_checks, spans_hosts
 from ansible_collections.sglang.fleet.plugins.plugin_utils.host_variables import host_variable
 from ansible_collections.sglang.fleet.plugins.plugin_utils.plan_settings import (
     constraints_versions,
@@ -86,6 +86,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         }
         result["plan"] = sglang_plan(settings, host_found, tables)
         result["rendezvous"] = rendezvous(result["plan"], host_found.get("listening") or [])
+        # Whether the tasks that check an instance across hosts as a whole run on this host (tasks/nodes.yml).
+        result["spans_hosts"] = spans_hosts({"sglang_instances": result["plan"]["instances"]})
         return result
 
 

@@ -10,9 +10,7 @@ or gateway's worker. `node_problems` checks the nodes as a whole (one release, m
 
 from __future__ import annotations
 
-import re
-import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import port_taken
@@ -401,26 +399,3 @@ def routed_interface(facts: Mapping[str, Any], address: str) -> str:
     route = (facts.get("routes") or {}).get(address) or {}
     interface = str(route.get("interface") or "")
     return "" if interface == "lo" else interface
-
-
-Run = Callable[[list[str]], tuple[int, str, str]]
-
-
-def route_to(address: str, run: Run) -> dict[str, str]:
-    """On the host: the interface its traffic to `address` leaves on ({ip, interface}, or {error}), from `ip route get`;
-    for an address of the host itself (rank 0's own), the interface that holds it (`ip addr show to`)."""
-    try:
-        ip = str(socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)[0][4][0])
-    except OSError as error:
-        return {"error": f"{address} does not resolve here: {error}"}
-    rc, out, err = run(["ip", "-o", "route", "get", ip])
-    if rc != 0:
-        return {"ip": ip, "error": f"ip route get {ip}: {(err or out).strip()}"}
-    if out.startswith("local "):
-        rc, out, err = run(["ip", "-o", "addr", "show", "to", ip])
-        held = re.match(r"\d+:\s+([^\s:@]+)", out)
-        if rc != 0 or not held:
-            return {"ip": ip, "error": f"ip addr show to {ip}: {(err or out).strip() or 'no interface holds it'}"}
-        return {"ip": ip, "interface": held.group(1)}
-    dev = re.search(r"\bdev\s+(\S+)", out)
-    return {"ip": ip, "interface": dev.group(1)} if dev else {"ip": ip, "error": f"ip route get {ip}: {out.strip()}"}

@@ -193,7 +193,6 @@ from typing import Any
 
 from ansible_collections.sglang.fleet.plugins.module_utils.listeners import listening_ports, unit_of
 from ansible_collections.sglang.fleet.plugins.module_utils.model_facts import model_facts
-from ansible_collections.sglang.fleet.plugins.module_utils.multinode import route_to
 from ansible_collections.sglang.fleet.plugins.module_utils.nvidia_smi import (
     APP_QUERY,
     GPU_QUERY,
@@ -206,6 +205,7 @@ from ansible_collections.sglang.fleet.plugins.module_utils.nvidia_smi import (
     parse_gpus,
 )
 from ansible_collections.sglang.fleet.plugins.module_utils.pythons import PythonVersions
+from ansible_collections.sglang.fleet.plugins.module_utils.routes import route_to
 
 # ansible.builtin.setup's minimal subset, gathered whatever `gather_subset` says.
 SETUP_MINIMAL_SUBSET = frozenset(

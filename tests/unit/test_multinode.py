@@ -416,7 +416,7 @@ def test_without_an_interface_each_node_takes_the_one_its_route_to_another_node_
 
 
 def test_the_route_to_rank_0_is_read_with_ip_on_the_host() -> None:
-    from ansible_collections.sglang.fleet.plugins.module_utils.multinode import route_to
+    from ansible_collections.sglang.fleet.plugins.module_utils.routes import route_to
 
     said: dict[str, tuple[int, str, str]] = {
         "ip -o route get 10.0.0.29": (0, "10.0.0.29 dev ens5 src 10.0.0.30 uid 0 \\    cache ", ""),

@@ -68,6 +68,7 @@ def test_the_plan_is_derived_from_the_module_s_answer(stand_in_model_dir: Path, 
     # ct129's settings ask for two GPUs per instance: this host has one.
     assert any("1 GPU(s) [0] hold 0 instance(s) of 2 GPU(s)" in problem for problem in expected["problems"]), expected
     assert seen["answer"]["rendezvous"] == {"listen": [], "reach": []}, "no nodes' check for a plan with problems"
+    assert seen["answer"]["spans_hosts"] is False, "no instance across hosts: the role includes no nodes' tasks"
 
 
 def test_the_nodes_check_comes_with_the_plan_and_none_with_its_problems() -> None:

@@ -44,7 +44,7 @@ def python_c_prefixes() -> list[tuple[str, list[str]]]:
 
 def test_the_commands_are_found() -> None:
     files = {name for name, _ in python_c_prefixes()}
-    assert {"roles/sglang_plan/tasks/main.yml", "playbooks/bench.yml"} <= files
+    assert {"roles/sglang_plan/tasks/nodes.yml", "playbooks/bench.yml"} <= files
 
 
 @pytest.mark.parametrize(("name", "prefix"), python_c_prefixes(), ids=lambda value: str(value))

@@ -1,4 +1,4 @@
-"""Preflight's TCP check between the nodes (roles/sglang_plan/tasks/main.yml, from rank 0's listener on) run by
+"""Preflight's TCP check between the nodes (roles/sglang_plan/tasks/nodes.yml, from rank 0's listener on) run by
 ansible-playbook on two local hosts: rank 0 (r0) listens where its facts found the port free, the other node (r1)
 connects. A program that takes the port after the facts were read answers r1 in rank 0's stead: rank 0's listener
 cannot listen, and that is a problem line on r0, not a check that passed."""
@@ -20,7 +20,7 @@ FIRST = "Listen on rank 0's rendezvous port for the other nodes' check, where no
 
 
 def check_tasks() -> list[dict[str, Any]]:
-    tasks: list[dict[str, Any]] = yaml.safe_load((ROOT / "roles/sglang_plan/tasks/main.yml").read_text())
+    tasks: list[dict[str, Any]] = yaml.safe_load((ROOT / "roles/sglang_plan/tasks/nodes.yml").read_text())
     return tasks[[task.get("name") for task in tasks].index(FIRST) :]
 
 
