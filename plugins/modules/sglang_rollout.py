@@ -937,7 +937,8 @@ def leave_routers(host: Host, instance: dict[str, Any], timeout: float) -> None:
 
 def rejoin_routers(host: Host, instance: dict[str, Any], local_only: bool = False) -> None:
     """Puts a verified instance back into every router that routes to it; with `local_only`, only those that reach it
-    on its own host (not the fleet gateways on other hosts, which know it by its `remote_url`)."""
+    on its own host's loopback (not the fleet gateways that know it by its `remote_url`, across the network: those on
+    other hosts, and a gateway of a mesh on its own host)."""
     if not instance.get("serves_http", True):
         return
     for router in host.routers:
@@ -947,15 +948,19 @@ def rejoin_routers(host: Host, instance: dict[str, Any], local_only: bool = Fals
 
 
 def downgraded(planned: Mapping[str, Any], back: Mapping[str, Any]) -> bool:
-    """Whether a rollback put back on plain http an instance the failed run switched to https: the fleet gateways on
-    other hosts would reach it, and send it their key and users' prompts, across the network in the clear (preflight
-    refuses that for a planned fleet), so they do not take it back and the rollout's failure says so."""
+    """Whether a rollback put back on plain http an instance the failed run switched to https: the fleet gateways that
+    reach it by its `remote_url` would send it their key (where they have one, which preflight then requires https for)
+    and users' prompts across the network in the clear, so they do not take it back and the rollout's failure says so;
+    the next deploy that serves it over https adds it back."""
     return str(planned.get("remote_url") or "").startswith("https://") and not str(back.get("remote_url") or "").startswith(
         "https://"
     )
 
 
-LEFT_OUT = "; the fleet gateways on other hosts, which reach it over https only, do not take it back over plain http"
+LEFT_OUT = (
+    "; the fleet gateways that reach it across the network (by its remote URL) do not take it back over plain http: "
+    "the next deploy that serves it over https adds it back"
+)
 
 
 def drain(host: Host, instance: dict[str, Any], timeout: float) -> None:

@@ -232,8 +232,11 @@ def test_a_gateway_registers_the_workers_its_last_deploy_left_once_it_answers(tm
     fake_router(tmp_path, FAKE_REGISTRY)
     keys = write_keys(tmp_path / "gateway.json")
     workers = tmp_path / "gateway-workers.json"
-    listed = [{"url": "http://127.0.0.1:30000", "model_id": "tiny"}, {"url": "http://b200:30006", "model_id": "other"}]
-    workers.write_text(json.dumps({"workers": listed}))
+    listed = [{"url": "http://127.0.0.1:30000", "model_id": "tiny"}, {"url": "https://b200:30006", "model_id": "other"}]
+    # A workers file a failed switch to https left behind: b200's worker over plain http, where the client key would
+    # cross the network in the clear. Not registered.
+    plain = {"url": "http://b200:30005", "model_id": "other"}
+    workers.write_text(json.dumps({"workers": [*listed, plain]}))
     report = tmp_path / "report.json"
     port = free_port()
     started = subprocess.run(
@@ -254,7 +257,14 @@ def test_a_gateway_registers_the_workers_its_last_deploy_left_once_it_answers(tm
     assert posts == [
         {"path": "/workers", "authorization": f"Bearer {ADMIN_KEY}", "body": {**worker, "api_key": KEY}} for worker in listed
     ]
-    assert f"registered 2 of 2 worker(s) from {workers}" in started.stderr
+    assert f"registered 2 of 3 worker(s) from {workers}; not registered: http://b200:30005 (plain http" in started.stderr
+
+
+def test_only_a_worker_on_another_host_over_plain_http_is_held_back() -> None:
+    launcher = load(ROUTER_LAUNCHER)
+    plain = ["http://b200:30000", "http://10.0.0.9:30000", "http://[fd00::9]:30000"]
+    kept = ["http://127.0.0.1:30000", "http://[::1]:30000", "http://localhost:30000", "https://b200:30000"]
+    assert [url for url in plain + kept if launcher.plain_to_another_host(url)] == plain
 
 
 def test_a_gateway_over_tls_registers_its_workers_verified_with_the_fleets_ca(tmp_path: Path) -> None:

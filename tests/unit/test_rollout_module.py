@@ -189,7 +189,7 @@ def test_a_failed_switch_to_https_waits_on_and_routes_the_plain_instance_it_rest
     (tmp_path / "last-good" / "sglang-30000.service").write_text(unit("--port", "30000"))
     result = module.rollout(host, [server], params)
     assert result["failed_instance"] == "sglang-30000" and "serving again" in result["rollback"]["sglang-30000"]
-    assert result["rollback"]["sglang-30000"].endswith("do not take it back over plain http")
+    assert result["rollback"]["sglang-30000"].endswith("the next deploy that serves it over https adds it back")
     assert log == [
         "router-remove http://127.0.0.1:30000", "gateway-remove http://b200:30000",
         "restart sglang-30000.service", "ready https://127.0.0.1:30000", "router-add https://127.0.0.1:30000",
@@ -202,7 +202,7 @@ def test_a_failed_switch_to_https_waits_on_and_routes_the_plain_instance_it_rest
     del log[:]
     outcomes = module.roll_back_nodes(host, [server], params)
     assert log == ["restart sglang-30000.service", "ready http://127.0.0.1:30000", "router-add http://127.0.0.1:30000"]
-    assert outcomes["sglang-30000"].endswith("do not take it back over plain http")
+    assert outcomes["sglang-30000"].endswith("the next deploy that serves it over https adds it back")
     del log[:]
     module.stop(host, [server], params)
     assert log == ["router-remove http://127.0.0.1:30000", "gateway-remove http://b200:30000", "stop sglang-30000.service"]

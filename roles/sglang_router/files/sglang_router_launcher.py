@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import http.client
 import importlib.util
+import ipaddress
 import json
 import os
 import runpy
@@ -159,11 +160,26 @@ def held_by(sock: socket.socket, port: int, router_pid: int, proc: str = "/proc"
     return bool(listening) and listening <= held
 
 
+def plain_to_another_host(worker_url: str) -> bool:
+    """Whether `worker_url` reaches its worker over plain http on another host (not loopback): a router with a client
+    key would send that key, and its clients' prompts, across the network in the clear (preflight refuses such a
+    worker for a keyed gateway; a workers file a failed switch to https left behind may still list one)."""
+    parts = urllib.parse.urlsplit(worker_url)
+    if parts.scheme != "http":
+        return False
+    host = parts.hostname or ""
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host != "localhost"
+
+
 def register(
     url: str, workers: list[dict[str, str]], keys: dict[str, str], timeout: float = 300.0, router_pid: int | None = None
 ) -> list[str]:
     """Waits until the router answers, then registers each worker - only over a connection the router (`router_pid`)
-    accepted; returns those it did not register (202)."""
+    accepted, and with a client key never one on another host over plain http; returns those it did not register
+    (202)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -178,6 +194,9 @@ def register(
         time.sleep(0.5)
     refused = []
     for worker in workers:
+        if keys.get("api_key") and plain_to_another_host(worker["url"]):
+            refused.append(f"{worker['url']} (plain http to another host: the client key would cross the network in the clear)")
+            continue
         try:
             status = post_worker(url, worker, keys, router_pid)
         except PortTaken as error:
