@@ -257,13 +257,20 @@ def test_a_gateway_registers_the_workers_its_last_deploy_left_once_it_answers(tm
     assert posts == [
         {"path": "/workers", "authorization": f"Bearer {ADMIN_KEY}", "body": {**worker, "api_key": KEY}} for worker in listed
     ]
-    assert f"registered 2 of 3 worker(s) from {workers}; not registered: http://b200:30005 (plain http" in started.stderr
+    assert (
+        f"registered 2 of 3 worker(s) from {workers}; not registered: http://b200:30005 (not https, nor http to this host"
+        in started.stderr
+    )
 
 
 def test_only_a_worker_on_another_host_over_plain_http_is_held_back() -> None:
     launcher = load(ROUTER_LAUNCHER)
-    plain = ["http://b200:30000", "http://10.0.0.9:30000", "http://[fd00::9]:30000"]
-    kept = ["http://127.0.0.1:30000", "http://[::1]:30000", "http://localhost:30000", "https://b200:30000"]
+    plain = ["http://b200:30000", "http://10.0.0.9:30000", "http://[fd00::9]:30000", "HTTP://b200:30000",
+             # Fails closed: no scheme, another scheme, and an address part parsers read differently.
+             "b200:30000", "10.0.0.5:30000", "grpc://10.0.0.5:1", "http://evil.example\\@127.0.0.1:30000",
+             "http://user@127.0.0.1:30000", "http://127.0.0.1 :30000"]  # fmt: skip
+    kept = ["http://127.0.0.1:30000", "http://[::1]:30000", "http://localhost:30000", "https://b200:30000",
+            "HTTPS://b200:30000"]  # fmt: skip
     assert [url for url in plain + kept if launcher.plain_to_another_host(url)] == plain
 
 

@@ -258,12 +258,27 @@ def entry_points_called() -> set[tuple[str, str]]:
 
 
 def settings_read(role: str, entry: str) -> set[str]:
-    """The role's settings (its defaults) an entry point's task file reads, directly or through the role's vars."""
-    names = {
-        name
-        for text in strings(yaml.safe_load((ROOT / "roles" / role / "tasks" / f"{entry}.yml").read_text()))
-        for name in NAME.findall(text)
-    }
+    """The role's settings (its defaults) an entry point's task files read (its own and those it includes or imports),
+    directly or through the role's vars."""
+    names: set[str] = set()
+    pending_files, seen_files = [f"{entry}.yml"], set()
+    while pending_files:  # the entry point's file and the task files it includes or imports
+        file = pending_files.pop()
+        seen_files.add(file)
+        loaded = yaml.safe_load((ROOT / "roles" / role / "tasks" / file).read_text()) or []
+        names |= {name for text in strings(loaded) for name in NAME.findall(text)}
+        for task in loaded:
+            step = task.get("ansible.builtin.include_tasks") or task.get("ansible.builtin.import_tasks")
+            included = step.get("file") if isinstance(step, dict) else step
+            # A templated name (tasks/{{ cuda_install_method }}.yml) may be any file it matches.
+            candidates = (
+                [path.name for path in (ROOT / "roles" / role / "tasks").glob(JINJA.sub("*", included))]
+                if included and "{{" in included
+                else [included]
+                if included
+                else []
+            )
+            pending_files += [candidate for candidate in candidates if candidate not in seen_files]
     derived = yaml.safe_load((ROOT / "roles" / role / "vars/main.yml").read_text()) or {}
     pending = set(names)
     while pending:

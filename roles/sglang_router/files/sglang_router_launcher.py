@@ -161,12 +161,18 @@ def held_by(sock: socket.socket, port: int, router_pid: int, proc: str = "/proc"
 
 
 def plain_to_another_host(worker_url: str) -> bool:
-    """Whether `worker_url` reaches its worker over plain http on another host (not loopback): a router with a client
+    """Whether `worker_url` may reach its worker over plain http on another host (not loopback): a router with a client
     key would send that key, and its clients' prompts, across the network in the clear (preflight refuses such a
-    worker for a keyed gateway; a workers file a failed switch to https left behind may still list one)."""
-    parts = urllib.parse.urlsplit(worker_url)
-    if parts.scheme != "http":
+    worker for a keyed gateway; a workers file a failed switch to https left behind may still list one). Fails
+    closed: only https, or http to a loopback address, is kept; a URL without a scheme, of another scheme, or whose
+    address part has credentials, a backslash or whitespace (parsers disagree on its host) is held back."""
+    parts = urllib.parse.urlsplit(worker_url.strip())
+    if any(mark in parts.netloc for mark in ("@", "\\")) or any(space.isspace() for space in parts.netloc) or not parts.netloc:
+        return True
+    if parts.scheme == "https":
         return False
+    if parts.scheme != "http":
+        return True
     host = parts.hostname or ""
     try:
         return not ipaddress.ip_address(host).is_loopback
@@ -195,7 +201,9 @@ def register(
     refused = []
     for worker in workers:
         if keys.get("api_key") and plain_to_another_host(worker["url"]):
-            refused.append(f"{worker['url']} (plain http to another host: the client key would cross the network in the clear)")
+            refused.append(
+                f"{worker['url']} (not https, nor http to this host: the client key would cross the network in the clear)"
+            )
             continue
         try:
             status = post_worker(url, worker, keys, router_pid)
