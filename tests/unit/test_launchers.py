@@ -271,7 +271,7 @@ def test_only_a_worker_on_another_host_over_plain_http_is_held_back() -> None:
              "http://user@127.0.0.1:30000", "http://127.0.0.1 :30000"]  # fmt: skip
     kept = ["http://127.0.0.1:30000", "http://[::1]:30000", "http://localhost:30000", "https://b200:30000",
             "HTTPS://b200:30000"]  # fmt: skip
-    assert [url for url in plain + kept if launcher.plain_to_another_host(url)] == plain
+    assert [url for url in plain + kept if launcher.key_may_cross_in_clear(url)] == plain
 
 
 def test_a_gateway_over_tls_registers_its_workers_verified_with_the_fleets_ca(tmp_path: Path) -> None:

@@ -160,12 +160,12 @@ def held_by(sock: socket.socket, port: int, router_pid: int, proc: str = "/proc"
     return bool(listening) and listening <= held
 
 
-def plain_to_another_host(worker_url: str) -> bool:
-    """Whether `worker_url` may reach its worker over plain http on another host (not loopback): a router with a client
-    key would send that key, and its clients' prompts, across the network in the clear (preflight refuses such a
-    worker for a keyed gateway; a workers file a failed switch to https left behind may still list one). Fails
-    closed: only https, or http to a loopback address, is kept; a URL without a scheme, of another scheme, or whose
-    address part has credentials, a backslash or whitespace (parsers disagree on its host) is held back."""
+def key_may_cross_in_clear(worker_url: str) -> bool:
+    """Whether a client key sent to `worker_url` may cross the network in the clear (plain http to another host, not
+    loopback): a router with a client key would send that key, and its clients' prompts, to the worker (preflight
+    refuses such a worker for a keyed gateway; a workers file a failed switch to https left behind may still list one).
+    Fails closed: only https, or http to a loopback address, is kept; a URL without a scheme, of another scheme, or
+    whose address part has credentials, a backslash or whitespace (parsers disagree on its host) is held back."""
     parts = urllib.parse.urlsplit(worker_url.strip())
     if any(mark in parts.netloc for mark in ("@", "\\")) or any(space.isspace() for space in parts.netloc) or not parts.netloc:
         return True
@@ -200,7 +200,7 @@ def register(
         time.sleep(0.5)
     refused = []
     for worker in workers:
-        if keys.get("api_key") and plain_to_another_host(worker["url"]):
+        if keys.get("api_key") and key_may_cross_in_clear(worker["url"]):
             refused.append(
                 f"{worker['url']} (not https, nor http to this host: the client key would cross the network in the clear)"
             )
