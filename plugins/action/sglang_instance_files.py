@@ -8,6 +8,8 @@ of the same name writes only what differs and reports, per instance, whether any
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,6 +28,13 @@ OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\
 # variable shadows): jinja2's own syntax and the extensions ansible-core's environment may enable; a template it cannot
 # parse settles nothing (each render templates them, as before).
 PARSER = jinja2.Environment(extensions=["jinja2.ext.loopcontrols", "jinja2.ext.do"])
+
+# What a template's text may hold that one scope among others in a single template cannot (an override header, a parent
+# template, blocks, macros, imports, the template's own `loop` outside a loop of its own): such a template is rendered
+# once per render (render_each).
+ONE_BY_ONE = re.compile(r"^#jinja2:|{%-?\s*(extends|block|macro|import|from|call)\b|\bloop\b")
+# One trailing newline (of any kind), which jinja2 drops from a template's text before it parses it.
+TRAILING_NEWLINE = re.compile(r"(\r\n|\r|\n)\Z")
 
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 
@@ -72,11 +81,46 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         data = trust_as_template(self._loader.get_text_file_contents(source))
         return str(templar.template(data, escape_backslashes=False, overrides=OVERRIDES) or "")
 
-    def settled(self, sources: Iterable[str], task_vars: dict[str, Any], loop_var: str) -> dict[str, Any]:
+    def render_each(
+        self, src: str, source: str, renders: list[tuple[dict[str, Any], str]], task_vars: dict[str, Any], extra: dict[str, Any],
+        loop_var: str, settled: bool,
+    ) -> list[str]:
+        """What render gives for each (instance, dest) of `renders`, `extra` and the instance (as `loop_var`) its
+        variables, from one compile: Ansible compiles a template's text anew at each call, and a host of seven instances
+        paid seven compiles of each template. The text is rendered once for all of them, each render in a scope of its
+        own that names its instance and its template_destpath as a render of it alone does; jinja2 parses it there as it
+        would alone (one trailing newline dropped), and each result gets the trailing newlines Ansible gives a template
+        back (as many as its text ends with). Only where `settled` (`extra` holds every host variable the template reads
+        but the instance: one templated in a render could read the instance, which a scope does not give it); a
+        template ONE_BY_ONE matches, or a single render, is rendered alone."""
+        text = self._loader.get_text_file_contents(source)
+        if len(renders) < 2 or not settled or not loop_var.isidentifier() or ONE_BY_ONE.search(text):
+            return [self.render(src, source, dest, task_vars, {**extra, loop_var: instance}) for instance, dest in renders]
+        separator = f"<sglang-fleet-render-{uuid.uuid4().hex}>"
+        scope = f"{{% with {loop_var} = _sglang_fleet_render[0], template_destpath = _sglang_fleet_render[1] +%}}"
+        wrapper = (
+            "{% for _sglang_fleet_render in _sglang_fleet_renders %}" + scope + TRAILING_NEWLINE.sub("", text)
+            + "{% endwith %}" + separator + "{% endfor %}"
+        )  # fmt: skip
+        generated = generate_ansible_template_vars(path=src, fullpath=source, dest_path=renders[0][1])
+        if "ansible_managed" in task_vars:  # as render
+            generated.pop("ansible_managed", None)
+        template_vars = {**task_vars, **extra, **generated, "_sglang_fleet_renders": [list(render) for render in renders]}
+        searchpath = [*template_vars.get("ansible_search_path", []), os.path.dirname(source)]
+        searchpath = [path for base in searchpath for path in (os.path.join(base, "templates"), base)]
+        templar = self._templar.copy_with_new_env(searchpath=searchpath, available_variables=template_vars)
+        rendered = str(templar.template(trust_as_template(wrapper), escape_backslashes=False, overrides=OVERRIDES) or "")
+        pieces = rendered.split(separator)
+        if len(pieces) != len(renders) + 1 or pieces[-1]:
+            raise AnsibleActionFail(f"{src}: its renders could not be told apart")
+        return [with_trailing_newlines(piece, text) for piece in pieces[:-1]]
+
+    def settled(self, sources: Iterable[str], task_vars: dict[str, Any], loop_var: str) -> tuple[dict[str, Any], bool]:
         """The variables the templates at `sources` read, templated once for all their renders (each render would
         template each anew: a setting that is a template, compiled again per instance and file), but the instance
         (`loop_var`), each template's own variables (template_path, ansible_managed, ...) and any whose value cannot be
-        templated without them (templated in each render, as before)."""
+        templated without them (templated in each render, as before); and whether those are all the host's variables
+        they read but the instance (none is templated again in a render: render_each's condition)."""
         names: set[str] = set()
         per_render = {loop_var, "hostvars", "vars"}
         try:
@@ -85,7 +129,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 names |= {node.name for node in parsed.find_all(jinja2.nodes.Name) if node.ctx == "load"}
                 per_render |= set(generate_ansible_template_vars(path=source, fullpath=source, dest_path=source))
         except jinja2.TemplateSyntaxError:
-            return {}
+            return {}, False
         settled = {}
         for name in sorted(names - per_render):
             if name in task_vars:
@@ -93,7 +137,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     settled[name] = self._templar.template(task_vars[name])
                 except AnsibleError:
                     continue
-        return settled
+        return settled, {name for name in names - {loop_var} if name in task_vars} <= set(settled)
 
     def requests(self, given: Any, task_vars: dict[str, Any]) -> dict[str, Any]:
         """The requests by name: `given` as it is, or, for a list of variable names, each variable's request (templated
@@ -142,13 +186,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         given = request.get("templates") or []
         templates = [(template, self.find("templates", template["src"], role_path)) for template in given]
         instances = request.get("instances") or []
-        settled = self.settled([source for template, source in templates], task_vars, loop_var) if instances else {}
+        settled, whole = ({}, False) if not instances else self.settled([source for _, source in templates], task_vars, loop_var)
         for template, source in templates:
-            for instance in instances:
-                dest = instance["files"][template["file"]]
-                if not dest:
-                    continue
-                content = self.render(template["src"], source, dest, task_vars, {**settled, loop_var: instance})
+            dests = [(instance, instance["files"][template["file"]]) for instance in instances]
+            renders = [(instance, dest) for instance, dest in dests if dest]
+            for (instance, dest), content in zip(
+                renders, self.render_each(template["src"], source, renders, task_vars, settled, loop_var, whole), strict=True
+            ):
                 add(dest, content, template, bool(template.get("private")))
                 owner_of[dest] = instance["name"]
         for single in request.get("files") or []:
@@ -238,3 +282,13 @@ def private_router(router: dict[str, Any], private_contents: list[str]) -> dict[
     """A router to compare, its admin key moved to the private contents (never logged)."""
     private_contents.append(str(router.get("api_key") or ""))
     return {**router, "api_key": len(private_contents) - 1}
+
+
+def with_trailing_newlines(rendered: str, text: str) -> str:
+    """`rendered` with the newlines Ansible adds back to a rendered template: as many as `text` (the template's own
+    text) ends with, less those it already ends with."""
+
+    def trailing(value: str) -> int:
+        return len(value) - len(value.rstrip("\n"))
+
+    return rendered + "\n" * max(0, trailing(text) - trailing(rendered))

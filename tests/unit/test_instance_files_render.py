@@ -184,3 +184,51 @@ def test_requests_given_by_their_variables_names_are_each_read_once_and_answered
     assert not (tmp_path / "new").exists(), "check mode writes nothing"
     missing = yaml.safe_load((tmp_path / "missing.yml").read_text())
     assert "'no_such_request' is no variable of this host" in missing["msg"], missing
+
+
+# Texts where one text rendered for every instance at once could differ from each rendered alone: a leading newline
+# (after the scope's tag), trailing newlines (dropped and given back), a block tag at the end (trim_blocks), a value that
+# ends with a newline at the end, and the instance's own template_destpath.
+EDGES = {
+    "lead.j2": "\n{{ sglang_server_instance.name }} -> {{ template_destpath }}\n",
+    "trail.j2": "{{ sglang_server_instance.name }}\n\n\n",
+    "block.j2": "{% if sglang_server_instance.name %}\n{{ sglang_server_instance.name }}\n{% endif %}\n",
+    "value.j2": "{% set line = sglang_server_instance.name ~ '\\n' %}{{ line }}",
+    "bare.j2": "{{ sglang_server_instance.name }}",
+    "loop.j2": "{% for word in [sglang_server_instance.name, 'x'] %}{{ loop.index }}={{ word }}\n{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGES))
+def test_every_instance_s_file_is_what_the_template_action_writes_for_it(tmp_path: Path, name: str) -> None:
+    """The action renders a template's text once for all the instances (one compile), and each instance's file is still
+    byte for byte what ansible.builtin.template writes for that instance alone."""
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / name).write_text(EDGES[name])
+    attributes = {"owner": OWNER, "group": grp.getgrgid(GROUP).gr_name, "mode": "0644"}
+    instances = [{"name": each, "files": {"unit": str(tmp_path / f"{each}.action")}} for each in ("a", "b", "c")]
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "ansible.builtin.template": {"src": name, "dest": str(tmp_path / "{{ sglang_server_instance.name }}.action"),
+                                                 **attributes},
+                    "loop": instances,
+                    "loop_control": {"loop_var": "sglang_server_instance"},
+                },
+                {"ansible.builtin.command": {"argv": ["sh", "-c", "for f in *.action; do mv $f ${f%.action}.template; done"],
+                                             "chdir": str(tmp_path)}},
+                {"sglang.fleet.sglang_instance_files": {"instances": instances,
+                                                        "templates": [{"src": name, "file": "unit", "private": False,
+                                                                       **attributes}]}},
+            ],
+        }
+    ]  # fmt: skip
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    run = local_play(tmp_path / "play.yml")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for each in ("a", "b", "c"):
+        assert (tmp_path / f"{each}.action").read_bytes() == (tmp_path / f"{each}.template").read_bytes(), each
+    assert f"{tmp_path / 'b.action'}" in (tmp_path / "b.action").read_text() or name != "lead.j2"

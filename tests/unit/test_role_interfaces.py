@@ -190,7 +190,7 @@ def test_a_role_deploy_includes_has_no_tasks_with_tags_of_their_own() -> None:
 # servers' account, in their sandbox, and so does a runtime its main entry point installs: sglang_service).
 REQUIRED = {
     "cuda": set(),
-    "sglang_venv": {("checks", "sglang_service"), ("main", "sglang_service")},
+    "sglang_venv": {("main", "sglang_service")},
     "sglang_server": {
         *(
             (entry, fact)
@@ -245,21 +245,24 @@ def test_ansible_checks_every_role_entry_point_s_arguments_in_every_playbook() -
                 assert step is None or step.get("rolespec_validate", True), f"{path.name}: {task.get('name')}"
 
 
-def entry_points_called() -> set[tuple[str, str]]:
-    """(role, entry point) of every role step of deploy.yml and the playbooks."""
+def called_by(path: Path) -> set[tuple[str, str]]:
+    """(role, entry point) of every role step of the playbook at `path`."""
     called = set()
-    for path in [ROOT / "deploy.yml", *sorted((ROOT / "playbooks").glob("*.yml"))]:
-        for play in yaml.safe_load(path.read_text()) or []:
-            for task in play.get("tasks") or []:
-                step = next((task[name] for name in ROLE_STEPS if name in task), None)
-                if step is not None:
-                    called.add((step["name"], step.get("tasks_from", "main")))
+    for play in yaml.safe_load(path.read_text()) or []:
+        for task in play.get("tasks") or []:
+            step = next((task[name] for name in ROLE_STEPS if name in task), None)
+            if step is not None:
+                called.add((step["name"], step.get("tasks_from", "main")))
     return called
 
 
-def settings_read(role: str, entry: str) -> set[str]:
-    """The role's settings (its defaults) an entry point's task files read (its own and those it includes or imports),
-    directly or through the role's vars."""
+def entry_points_called() -> set[tuple[str, str]]:
+    """(role, entry point) of every role step of deploy.yml and the playbooks."""
+    return set().union(*(called_by(path) for path in [ROOT / "deploy.yml", *sorted((ROOT / "playbooks").glob("*.yml"))]))
+
+
+def names_read(role: str, entry: str) -> set[str]:
+    """The sglang_*/cuda_* names an entry point's task files read (its own and those it includes or imports)."""
     names: set[str] = set()
     pending_files, seen_files = [f"{entry}.yml"], set()
     while pending_files:  # the entry point's file and the task files it includes or imports
@@ -279,6 +282,12 @@ def settings_read(role: str, entry: str) -> set[str]:
                 else []
             )
             pending_files += [candidate for candidate in candidates if candidate not in seen_files]
+    return names
+
+
+def settings_read(role: str, entry: str) -> set[str]:
+    """The role's settings (its defaults) an entry point's task files read, directly or through the role's vars."""
+    names = names_read(role, entry)
     derived = yaml.safe_load((ROOT / "roles" / role / "vars/main.yml").read_text()) or {}
     pending = set(names)
     while pending:
@@ -293,19 +302,33 @@ def settings_read(role: str, entry: str) -> set[str]:
 
 # Entry points that read no setting: an argument spec would only add a task that validates nothing to every run.
 NO_ARGUMENTS = {("sglang_plan", "gate")}
+# Entry points that only deploy.yml calls, after its role's preflight in the same play: they read the settings that
+# preflight validated and the facts it and deploy's probe published. A spec of their own would only validate them again,
+# a task on every run.
+AFTER_PREFLIGHT = {("sglang_venv", "checks"), ("sglang_server", "checks"), ("sglang_model", "checks")}
 
 
 @pytest.mark.parametrize(("role", "entry"), sorted(entry_points_called()))
 def test_every_entry_point_a_playbook_calls_declares_the_settings_it_reads(role: str, entry: str) -> None:
     """Ansible validates an entry point's arguments only where its meta/argument_specs.yml names it (remove and status
-    had none); there, every setting of the role it reads is declared (and so documented). `checks` runs after its
-    role's preflight in the same play, which validated the settings it reads."""
+    had none); there, every setting of the role it reads is declared (and so documented). `checks` runs only after its
+    role's preflight in deploy.yml, which validated every setting it reads."""
     if (role, entry) in NO_ARGUMENTS:
         assert entry not in spec(role) and settings_read(role, entry) == set(), (role, entry)
         return
+    if (role, entry) in AFTER_PREFLIGHT:
+        steps = deploy_order()
+        assert entry not in spec(role) and (role, entry) in steps, (role, entry)
+        assert (role, "preflight") in steps[: steps.index((role, entry))], f"{role}: {entry} runs before its preflight"
+        assert all((role, entry) not in called_by(path) for path in sorted((ROOT / "playbooks").glob("*.yml")))
+        declared = set(spec(role)["preflight"].get("options") or {})
+        assert settings_read(role, entry) <= declared, sorted(settings_read(role, entry) - declared)
+        # Another role's fact it reads: that role's preflight published it earlier in deploy.yml.
+        for fact in names_read(role, entry) & {fact for owner, facts in PUBLISHED.items() if owner != role for fact in facts}:
+            assert steps.index((publisher(fact), "preflight")) < steps.index((role, entry)), (role, entry, fact)
+        return
     assert entry in spec(role), f"{role}: entry point {entry} has no argument spec"
     declared = set(spec(role)[entry].get("options") or {})
-    declared |= set(spec(role)["preflight"].get("options") or {}) if entry == "checks" else set()
     assert settings_read(role, entry) <= declared, sorted(settings_read(role, entry) - declared)
 
 
