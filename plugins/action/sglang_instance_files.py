@@ -29,10 +29,23 @@ OVERRIDES = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\
 # parse settles nothing (each render templates them, as before).
 PARSER = jinja2.Environment(extensions=["jinja2.ext.loopcontrols", "jinja2.ext.do"])
 
-# What a template's text may hold that one scope among others in a single template cannot (an override header, a parent
-# template, blocks, macros, imports, the template's own `loop` outside a loop of its own): such a template is rendered
-# once per render (render_each).
-ONE_BY_ONE = re.compile(r"^#jinja2:|{%-?\s*(extends|block|macro|import|from|call)\b|\bloop\b")
+# The template texts render_each renders once for all the instances: literal text and expressions made of these jinja2
+# nodes only, calling no method but these (which only read); anything else (an include, import, macro, block or
+# parent template, a lookup or any other call, {% do %}, a method that changes a value every render would share, the
+# template's own `loop` outside a loop of its own, an override header) is rendered once per render.
+BATCHABLE = (
+    jinja2.nodes.Template, jinja2.nodes.Output, jinja2.nodes.TemplateData, jinja2.nodes.Name, jinja2.nodes.Getattr,
+    jinja2.nodes.Getitem, jinja2.nodes.Slice, jinja2.nodes.Const, jinja2.nodes.List, jinja2.nodes.Tuple,
+    jinja2.nodes.Dict, jinja2.nodes.Pair, jinja2.nodes.Keyword, jinja2.nodes.Filter, jinja2.nodes.Test,
+    jinja2.nodes.CondExpr, jinja2.nodes.BinExpr, jinja2.nodes.UnaryExpr, jinja2.nodes.Compare, jinja2.nodes.Operand,
+    jinja2.nodes.Concat, jinja2.nodes.If, jinja2.nodes.For, jinja2.nodes.Assign, jinja2.nodes.Call,
+)  # fmt: skip
+READING_METHODS = frozenset(("items", "keys", "values", "get", "split", "rsplit", "strip", "lstrip", "rstrip",
+                             "startswith", "endswith", "lower", "upper", "replace", "join", "splitlines"))  # fmt: skip
+# As Ansible's template action parses a template's text (OVERRIDES; ansible-core's extensions).
+BATCH_PARSER = jinja2.Environment(
+    extensions=["jinja2.ext.loopcontrols", "jinja2.ext.do"], trim_blocks=True, lstrip_blocks=False, newline_sequence="\n"
+)
 # One trailing newline (of any kind), which jinja2 drops from a template's text before it parses it.
 TRAILING_NEWLINE = re.compile(r"(\r\n|\r|\n)\Z")
 
@@ -91,28 +104,36 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         own that names its instance and its template_destpath as a render of it alone does; jinja2 parses it there as it
         would alone (one trailing newline dropped), and each result gets the trailing newlines Ansible gives a template
         back (as many as its text ends with). Only where `settled` (`extra` holds every host variable the template reads
-        but the instance: one templated in a render could read the instance, which a scope does not give it); a
-        template ONE_BY_ONE matches, or a single render, is rendered alone."""
+        but the instance: one templated in a render could read the instance, which a scope does not give it), the text
+        is batchable and the ansible_managed it gets names no destination; otherwise, for a single render, or where
+        the batch fails (its error would name the wrapper, not the template), each is rendered alone."""
         text = self._loader.get_text_file_contents(source)
-        if len(renders) < 2 or not settled or not loop_var.isidentifier() or ONE_BY_ONE.search(text):
-            return [self.render(src, source, dest, task_vars, {**extra, loop_var: instance}) for instance, dest in renders]
+        generated = generate_ansible_template_vars(path=src, fullpath=source, dest_path=renders[0][1] if renders else None)
+        if "ansible_managed" in task_vars:  # as render
+            generated.pop("ansible_managed", None)
+        alone = [(dest, {**extra, loop_var: instance}) for instance, dest in renders]
+        if (
+            len(renders) < 2 or not settled or not loop_var.isidentifier() or not batchable(text)
+            or "template_destpath" in str(generated.get("ansible_managed", ""))
+        ):  # fmt: skip
+            return [self.render(src, source, dest, task_vars, variables) for dest, variables in alone]
         separator = f"<sglang-fleet-render-{uuid.uuid4().hex}>"
         scope = f"{{% with {loop_var} = _sglang_fleet_render[0], template_destpath = _sglang_fleet_render[1] +%}}"
         wrapper = (
             "{% for _sglang_fleet_render in _sglang_fleet_renders %}" + scope + TRAILING_NEWLINE.sub("", text)
             + "{% endwith %}" + separator + "{% endfor %}"
         )  # fmt: skip
-        generated = generate_ansible_template_vars(path=src, fullpath=source, dest_path=renders[0][1])
-        if "ansible_managed" in task_vars:  # as render
-            generated.pop("ansible_managed", None)
         template_vars = {**task_vars, **extra, **generated, "_sglang_fleet_renders": [list(render) for render in renders]}
         searchpath = [*template_vars.get("ansible_search_path", []), os.path.dirname(source)]
         searchpath = [path for base in searchpath for path in (os.path.join(base, "templates"), base)]
         templar = self._templar.copy_with_new_env(searchpath=searchpath, available_variables=template_vars)
-        rendered = str(templar.template(trust_as_template(wrapper), escape_backslashes=False, overrides=OVERRIDES) or "")
+        try:
+            rendered = str(templar.template(trust_as_template(wrapper), escape_backslashes=False, overrides=OVERRIDES) or "")
+        except AnsibleError:
+            rendered = ""
         pieces = rendered.split(separator)
         if len(pieces) != len(renders) + 1 or pieces[-1]:
-            raise AnsibleActionFail(f"{src}: its renders could not be told apart")
+            return [self.render(src, source, dest, task_vars, variables) for dest, variables in alone]
         return [with_trailing_newlines(piece, text) for piece in pieces[:-1]]
 
     def settled(self, sources: Iterable[str], task_vars: dict[str, Any], loop_var: str) -> tuple[dict[str, Any], bool]:
@@ -292,3 +313,40 @@ def with_trailing_newlines(rendered: str, text: str) -> str:
         return len(value) - len(value.rstrip("\n"))
 
     return rendered + "\n" * max(0, trailing(text) - trailing(rendered))
+
+
+def batchable(text: str) -> bool:
+    """Whether render_each may render the template `text` once for all the instances: it parses, holds an expression
+    or a tag (a text with none Ansible writes as it is) and literal text at its top level (without, Ansible gives the
+    value of its one expression as it is, not a text with its trailing newlines), and only BATCHABLE nodes, calling
+    only READING_METHODS, naming `loop` only inside a loop of its own and no name of the batch's own."""
+    if text.startswith("#jinja2:"):
+        return False
+    try:
+        tree = BATCH_PARSER.parse(text)
+    except jinja2.TemplateSyntaxError:
+        return False
+    literal = any(isinstance(node, jinja2.nodes.TemplateData) and node.data for out in tree.body
+                  if isinstance(out, jinja2.nodes.Output) for node in out.nodes)  # fmt: skip
+    expression = any(not isinstance(node, (jinja2.nodes.Template, jinja2.nodes.Output, jinja2.nodes.TemplateData))
+                     for node in tree.find_all(jinja2.nodes.Node))  # fmt: skip
+    return literal and expression and allowed(tree, in_loop=False)
+
+
+def allowed(node: jinja2.nodes.Node, in_loop: bool) -> bool:
+    """`node` and every node below it BATCHABLE (see batchable)."""
+    if not isinstance(node, BATCHABLE):
+        return False
+    if isinstance(node, jinja2.nodes.Call) and not (
+        isinstance(node.node, jinja2.nodes.Getattr) and node.node.attr in READING_METHODS
+    ):
+        return False
+    if isinstance(node, jinja2.nodes.Name) and (
+        node.name.startswith("_sglang_fleet_render") or (node.name == "loop" and not in_loop)
+    ):
+        return False
+    if isinstance(node, jinja2.nodes.For):
+        return all(allowed(child, in_loop) for child in (node.target, node.iter)) and all(
+            allowed(child, True) for child in [*node.body, *([node.test] if node.test else [])]
+        ) and all(allowed(child, in_loop) for child in node.else_)
+    return all(allowed(child, in_loop) for child in node.iter_child_nodes())

@@ -9,6 +9,8 @@ from typing import Any
 
 # A role's preflight leaves its problem lines in the fact <role>_preflight_problems; the planner's comes first.
 PROBLEM_FACT = re.compile(r"^\w+_preflight_problems$")
+# And its warnings (they refuse nothing) in <role>_preflight_warnings: a refused host says them after its problems.
+WARNING_FACT = re.compile(r"^\w+_preflight_warnings$")
 PLAN_FACT = "sglang_preflight_problems"
 
 
@@ -30,13 +32,20 @@ def sglang_preflight_report(hosts: Sequence[str], hostvars: Mapping[str, Any]) -
 
 def sglang_preflight_refusal(host: str, hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
     """What the gate fails `host` with: its own problems under one line that counts them and names the other hosts
-    with problems (each fails with its own); empty when `host` has none, so a host is never failed for another's."""
+    with problems (each fails with its own), then its warnings; empty when `host` has no problem, so a host is never
+    failed for another's."""
     own = sglang_preflight_report([host], hostvars)
     if not own:
         return []
     others = [other for other in hosts if other != host and sglang_preflight_report([other], hostvars)]
     elsewhere = f" (and on {', '.join(others)}, reported there)" if others else ""
-    return [f"{host}: preflight found {len(own)} problem(s) on this host{elsewhere}; nothing was changed on any host:", *own]
+    warnings = [
+        f"WARNING: {warning}"
+        for fact in sorted(name for name in hostvars[host] if WARNING_FACT.match(name))
+        for warning in (hostvars[host].get(fact) or [])
+    ]
+    return [f"{host}: preflight found {len(own)} problem(s) on this host{elsewhere}; nothing was changed on any host:", *own,
+            *warnings]  # fmt: skip
 
 
 def sglang_preflight_unchecked(unchecked: Sequence[str]) -> list[str]:

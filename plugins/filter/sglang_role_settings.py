@@ -179,7 +179,11 @@ def sglang_venv_request(runtime: str, settings: Mapping[str, Any]) -> dict[str, 
     paths: list[dict[str, Any]] = []
     if runtime == "sglang":
         pins = sglang_wheelhouse_pins(settings["pins_file"], packages)
-        commands = [{"argv": [python, "-c", "import sglang; print(sglang.__version__)"], "stdout": version}]
+        # The venv's interpreter runs and finds the pinned SGLang (every pin's version is read from its metadata too,
+        # `venvs`). Not `import sglang`: it imports torch and transformers, seconds of every host's every run (the
+        # install step checks that import once, after it installs: tasks/sglang.yml).
+        version_of = "import importlib.metadata as metadata; print(metadata.version('sglang'))"
+        commands = [{"argv": [python, "-I", "-c", version_of], "stdout": version}]
     else:
         pins = packages
         simulator = settings["simulator_dir"]

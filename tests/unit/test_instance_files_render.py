@@ -188,7 +188,9 @@ def test_requests_given_by_their_variables_names_are_each_read_once_and_answered
 
 # Texts where one text rendered for every instance at once could differ from each rendered alone: a leading newline
 # (after the scope's tag), trailing newlines (dropped and given back), a block tag at the end (trim_blocks), a value that
-# ends with a newline at the end, and the instance's own template_destpath.
+# ends with a newline at the end, the instance's own template_destpath (read directly, through a lookup, or through a
+# variable), a value one render changes, a text that renders nothing or one value, one without Jinja (kept as it is, a
+# CR LF included), a parent template and the template's own `loop`.
 EDGES = {
     "lead.j2": "\n{{ sglang_server_instance.name }} -> {{ template_destpath }}\n",
     "trail.j2": "{{ sglang_server_instance.name }}\n\n\n",
@@ -196,7 +198,14 @@ EDGES = {
     "value.j2": "{% set line = sglang_server_instance.name ~ '\\n' %}{{ line }}",
     "bare.j2": "{{ sglang_server_instance.name }}",
     "loop.j2": "{% for word in [sglang_server_instance.name, 'x'] %}{{ loop.index }}={{ word }}\n{% endfor %}",
+    "lookup.j2": "{{ lookup('ansible.builtin.vars', 'template_destpath') }} {{ lookup('ansible.builtin.vars', 'dest') }}\n",
+    "shared.j2": "{% set _ = seen.append(sglang_server_instance.name) %}{{ seen }}\n",
+    "nothing.j2": "{% if sglang_server_instance.name == 'b' %}x{% endif %}\n",
+    "one.j2": "{{ sglang_server_instance.name | length }}\n",
+    "static.j2": "no template\r\nat all\r\n",
+    "child.j2": "{%+ extends 'parent.txt' %}{% block name %}{{ sglang_server_instance.name }}{% endblock %}\n",
 }
+VARIABLES = {"seen": [], "dest": "{{ template_destpath }}"}
 
 
 @pytest.mark.parametrize("name", sorted(EDGES))
@@ -204,13 +213,15 @@ def test_every_instance_s_file_is_what_the_template_action_writes_for_it(tmp_pat
     """The action renders a template's text once for all the instances (one compile), and each instance's file is still
     byte for byte what ansible.builtin.template writes for that instance alone."""
     (tmp_path / "templates").mkdir()
-    (tmp_path / "templates" / name).write_text(EDGES[name])
+    (tmp_path / "templates" / name).write_bytes(EDGES[name].encode())
+    (tmp_path / "templates/parent.txt").write_text("<{% block name %}{% endblock %}>\n")
     attributes = {"owner": OWNER, "group": grp.getgrgid(GROUP).gr_name, "mode": "0644"}
     instances = [{"name": each, "files": {"unit": str(tmp_path / f"{each}.action")}} for each in ("a", "b", "c")]
     play = [
         {
             "hosts": "localhost",
             "gather_facts": False,
+            "vars": VARIABLES,
             "tasks": [
                 {
                     "ansible.builtin.template": {"src": name, "dest": str(tmp_path / "{{ sglang_server_instance.name }}.action"),
@@ -232,3 +243,46 @@ def test_every_instance_s_file_is_what_the_template_action_writes_for_it(tmp_pat
     for each in ("a", "b", "c"):
         assert (tmp_path / f"{each}.action").read_bytes() == (tmp_path / f"{each}.template").read_bytes(), each
     assert f"{tmp_path / 'b.action'}" in (tmp_path / "b.action").read_text() or name != "lead.j2"
+
+
+# Counts jinja2's compiles in ansible-playbook (the workers it forks inherit the count's hook): one line per compile.
+COUNTING_SITE = """
+import os, sys
+if sys.argv and sys.argv[0].endswith("ansible-playbook"):
+    import jinja2
+    compile_template = jinja2.Environment.compile
+    def counted(*args, **kwargs):
+        with open(os.environ["SGLANG_FLEET_TEST_COMPILES"], "a", encoding="utf-8") as handle:
+            handle.write(".\\n")
+        return compile_template(*args, **kwargs)
+    jinja2.Environment.compile = counted
+"""
+
+
+@pytest.mark.parametrize(("text", "batched"), [("{{ sglang_server_instance.name }} unit\n", True),
+                                               ("{{ lookup('ansible.builtin.vars', 'x') }} unit\n", False)])  # fmt: skip
+def test_a_template_is_compiled_once_for_all_the_instances_it_can_be(tmp_path: Path, text: str, batched: bool) -> None:
+    """Ansible compiles a template's text at every render: for a text render_each may batch, the action renders every
+    instance's file from one compile (as many compiles for six instances as for one); one it may not (a lookup) is
+    compiled once per instance."""
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates/unit.j2").write_text(text)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site/sitecustomize.py").write_text(COUNTING_SITE)
+    attributes = {"owner": OWNER, "group": grp.getgrgid(GROUP).gr_name, "mode": "0644", "private": False}
+
+    def compiles(count: int) -> int:
+        instances = [{"name": f"i{n}", "files": {"unit": str(tmp_path / f"{count}-{n}.service")}} for n in range(count)]
+        task = {"instances": instances, "templates": [{"src": "unit.j2", "file": "unit", **attributes}]}
+        play = [{"hosts": "localhost", "gather_facts": False, "vars": {"x": "y"},
+                 "tasks": [{"sglang.fleet.sglang_instance_files": task}]}]  # fmt: skip
+        (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+        counter = tmp_path / f"compiles-{count}"
+        counting = {"PYTHONPATH": str(tmp_path / "site"), "SGLANG_FLEET_TEST_COMPILES": str(counter)}
+        run = local_play(tmp_path / "play.yml", counting)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert (tmp_path / f"{count}-{count - 1}.service").read_text().endswith(" unit\n")
+        return len(counter.read_text().splitlines())
+
+    one, six = compiles(1), compiles(6)
+    assert (six == one) if batched else (six >= one + 5), (one, six)

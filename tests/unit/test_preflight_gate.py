@@ -47,16 +47,18 @@ def test_the_report_lists_each_host_problems_in_host_order_and_skips_empty_or_un
 
 def test_the_refusal_is_the_host_own_and_names_the_others_with_problems() -> None:
     hostvars = {
-        "ct129": {"sglang_preflight_problems": []},
-        "b200": {"sglang_preflight_problems": ["b200 host: x"], "cuda_preflight_problems": ["b200 host: y"]},
+        "ct129": {"sglang_preflight_problems": [], "sglang_server_preflight_warnings": ["ct129: cache"]},
+        "b200": {"sglang_preflight_problems": ["b200 host: x"], "cuda_preflight_problems": ["b200 host: y"],
+                 "sglang_server_preflight_warnings": ["b200: cache"]},
         "h100": {"sglang_venv_preflight_problems": ["h100 host: z"]},
-    }
+    }  # fmt: skip
     hosts = ["ct129", "b200", "h100"]
-    assert sglang_preflight_refusal("ct129", hosts, hostvars) == []
+    assert sglang_preflight_refusal("ct129", hosts, hostvars) == [], "a warning refuses nothing"
     assert sglang_preflight_refusal("b200", hosts, hostvars) == [
         "b200: preflight found 2 problem(s) on this host (and on h100, reported there); nothing was changed on any host:",
         "b200 host: x",
         "b200 host: y",
+        "WARNING: b200: cache",
     ]
     assert sglang_preflight_unchecked([]) == []
     assert sglang_preflight_unchecked(["b200"])[1].startswith("b200 host: preflight did not complete")

@@ -346,13 +346,37 @@ def test_the_venv_request_reads_what_the_structures_it_replaced_read(tmp_path: A
     assert sglang["read"]["venvs"][0]["pins"] == ["sglang==0.5.23", "smg==1.13.0", "torch==2.9.1"], "every wheel pinned"
     assert sglang["read"]["paths"] == common_paths
     assert sglang["read"]["commands"] == [
-        {"argv": [python, "-c", "import sglang; print(sglang.__version__)"], "stdout": "0.5.23"}
-    ]
+        {"argv": [python, "-I", "-c", "import importlib.metadata as metadata; print(metadata.version('sglang'))"],
+         "stdout": "0.5.23"}
+    ]  # fmt: skip
     fallback = sglang_venv_request("sglang", venv_settings(tmp_path, packages=top, pins_file=str(tmp_path / "absent")))
     assert fallback["read"]["venvs"][0]["pins"] == top, "no wheelhouse here yet: the top-level pins"
     unknown = sglang_venv_request("conda", venv_settings(tmp_path))
     assert unknown == {"name": "sglang_venv", "read": {}, "decide": {**decide, "venvs": "/opt/sglang/conda-*"}}
 
+
+def test_the_venv_check_finds_the_pinned_sglang_without_importing_it(tmp_path: Any) -> None:
+    """The sglang runtime's probe command (filter sglang_venv_request) runs the venv's interpreter and reads SGLang's
+    version from its metadata: a package that cannot even be imported still answers, so no host imports torch on a
+    run that changes nothing; a venv holding another version differs."""
+    import subprocess
+    import sys
+
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_venv_request
+    from ansible_collections.sglang.fleet.plugins.module_utils import installed
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "sglang-0.5.23.dist-info").mkdir()
+    (site / "sglang-0.5.23.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
+    (site / "sglang").mkdir()
+    (site / "sglang/__init__.py").write_text("raise SystemExit('imported')\n")
+    request = sglang_venv_request("sglang", venv_settings(tmp_path, path=str(venv), pins_file=str(tmp_path / "absent")))
+    (command,) = request["read"]["commands"]
+    assert installed.differences({"commands": [command]}) == []
+    (site / "sglang-0.5.23.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.22\n")
+    assert installed.differences({"commands": [command]}) == [f"{' '.join(command['argv'])}: printed '0.5.22', not '0.5.23'"]
 
 # CUDA's request as roles/cuda/tasks/preflight.yml and vars/main.yml built it before filter cuda_request (main before
 # issue 37's last part).
