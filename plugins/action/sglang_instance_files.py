@@ -49,6 +49,31 @@ BATCH_PARSER = jinja2.Environment(
 # One trailing newline (of any kind), which jinja2 drops from a template's text before it parses it.
 TRAILING_NEWLINE = re.compile(r"(\r\n|\r|\n)\Z")
 
+class PerRender(Exception):
+    """A variable read what only a render names (the instance, template_*): see PER_RENDER."""
+
+
+class _PerRender:
+    """Stands, while the action settles the variables its templates read, for what each render names for itself:
+    any use of it raises PerRender."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise PerRender()
+
+    __getattr__ = __getitem__ = __iter__ = __len__ = __contains__ = __call__ = _refuse
+    __str__ = __repr__ = __bool__ = __int__ = __float__ = __index__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __add__ = __radd__ = __mod__ = _refuse
+    __hash__ = None  # type: ignore[assignment]
+
+
+PER_RENDER = _PerRender()
+
+
+def generated_names() -> list[str]:
+    """The variables Ansible gives every template of its own (template_path, template_destpath, ansible_managed...)."""
+    return list(generate_ansible_template_vars(path=__file__, fullpath=__file__, dest_path=__file__))
+
+
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 
 
@@ -113,7 +138,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             generated.pop("ansible_managed", None)
         alone = [(dest, {**extra, loop_var: instance}) for instance, dest in renders]
         if (
-            len(renders) < 2 or not settled or not loop_var.isidentifier() or not batchable(text)
+            len(renders) < 2 or not settled or not loop_var.isidentifier() or not batchable(text, loop_var)
             or "template_destpath" in str(generated.get("ansible_managed", ""))
         ):  # fmt: skip
             return [self.render(src, source, dest, task_vars, variables) for dest, variables in alone]
@@ -151,12 +176,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 per_render |= set(generate_ansible_template_vars(path=source, fullpath=source, dest_path=source))
         except jinja2.TemplateSyntaxError:
             return {}, False
+        # What each render names for itself stands in for here: a variable that reads any of it (even through
+        # `default` or `is defined`) fails, and is templated in each render instead.
+        own = {loop_var, *generated_names()} - ({"ansible_managed"} if "ansible_managed" in task_vars else set())
+        templar = self._templar.copy_with_new_env(available_variables={**task_vars, **dict.fromkeys(own, PER_RENDER)})
         settled = {}
         for name in sorted(names - per_render):
             if name in task_vars:
                 try:
-                    settled[name] = self._templar.template(task_vars[name])
-                except AnsibleError:
+                    settled[name] = templar.template(task_vars[name])
+                except Exception:  # any failure only leaves it to each render, as before
                     continue
         return settled, {name for name in names - {loop_var} if name in task_vars} <= set(settled)
 
@@ -315,11 +344,12 @@ def with_trailing_newlines(rendered: str, text: str) -> str:
     return rendered + "\n" * max(0, trailing(text) - trailing(rendered))
 
 
-def batchable(text: str) -> bool:
+def batchable(text: str, loop_var: str) -> bool:
     """Whether render_each may render the template `text` once for all the instances: it parses, holds an expression
     or a tag (a text with none Ansible writes as it is) and literal text at its top level (without, Ansible gives the
     value of its one expression as it is, not a text with its trailing newlines), and only BATCHABLE nodes, calling
-    only READING_METHODS, naming `loop` only inside a loop of its own and no name of the batch's own."""
+    only READING_METHODS, naming `loop` only inside a loop of its own (not in its filter), assigning neither `loop_var`
+    nor template_destpath (which each render's scope binds) and naming nothing of the batch's own."""
     if text.startswith("#jinja2:"):
         return False
     try:
@@ -330,11 +360,11 @@ def batchable(text: str) -> bool:
                   if isinstance(out, jinja2.nodes.Output) for node in out.nodes)  # fmt: skip
     expression = any(not isinstance(node, (jinja2.nodes.Template, jinja2.nodes.Output, jinja2.nodes.TemplateData))
                      for node in tree.find_all(jinja2.nodes.Node))  # fmt: skip
-    return literal and expression and allowed(tree, in_loop=False)
+    return literal and expression and allowed(tree, False, {loop_var, "template_destpath"})
 
 
-def allowed(node: jinja2.nodes.Node, in_loop: bool) -> bool:
-    """`node` and every node below it BATCHABLE (see batchable)."""
+def allowed(node: jinja2.nodes.Node, in_loop: bool, bound: set[str]) -> bool:
+    """`node` and every node below it BATCHABLE (see batchable); `bound`, the names each render's scope binds."""
     if not isinstance(node, BATCHABLE):
         return False
     if isinstance(node, jinja2.nodes.Call) and not (
@@ -342,11 +372,13 @@ def allowed(node: jinja2.nodes.Node, in_loop: bool) -> bool:
     ):
         return False
     if isinstance(node, jinja2.nodes.Name) and (
-        node.name.startswith("_sglang_fleet_render") or (node.name == "loop" and not in_loop)
+        node.name.startswith("_sglang_fleet_render")
+        or (node.name == "loop" and not in_loop)
+        or (node.ctx != "load" and node.name in bound)
     ):
         return False
     if isinstance(node, jinja2.nodes.For):
-        return all(allowed(child, in_loop) for child in (node.target, node.iter)) and all(
-            allowed(child, True) for child in [*node.body, *([node.test] if node.test else [])]
-        ) and all(allowed(child, in_loop) for child in node.else_)
-    return all(allowed(child, in_loop) for child in node.iter_child_nodes())
+        outside = [node.target, node.iter, *([node.test] if node.test else []), *node.else_]
+        inside = node.body
+        return all(allowed(child, in_loop, bound) for child in outside) and all(allowed(child, True, bound) for child in inside)
+    return all(allowed(child, in_loop, bound) for child in node.iter_child_nodes())

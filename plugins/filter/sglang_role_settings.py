@@ -18,6 +18,16 @@ from ansible_collections.sglang.fleet.plugins.module_utils.role_decisions import
 NVIDIA_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
+# What the sglang runtime's probe runs with the venv's Python (sglang_venv_request): SGLang's version, or what is wrong.
+VENV_SGLANG_CHECK = """import importlib.metadata as metadata, importlib.util as util
+found = list(metadata.distributions(name="sglang"))
+gone = [path for path in found[0].files or [] if path.suffix != ".pyc" and not path.locate().exists()] if found else []
+if len(found) == 1 and util.find_spec("sglang") and not gone:
+    print(found[0].version)
+else:
+    print(f"{len(found)} sglang distribution(s), {len(gone)} of its files missing")"""
+
+
 def _router_process(kind: str, spec: Mapping[str, Any], description: str, worker_ca: str, **members: Any) -> dict[str, Any]:
     # Over TLS (a fleet gateway with sglang_gateway_tls_cert): smg 1.13.0's --tls-cert-path/--tls-key-path (recorded:
     # tests/recordings/smg-1.13.0-tls), its certificate and key files on the host (`tls_files`, which restart it when
@@ -163,11 +173,11 @@ def sglang_venv_request(runtime: str, settings: Mapping[str, Any]) -> dict[str, 
     not among `runtimes`): the OS packages it needs (`os_packages`, and python3.11 where `python_installs`), its venv
     (`path`) with its pins (`packages`; SGLang's: every wheel its wheelhouse pinned, `pins_file`,
     sglang_wheelhouse_pins), the simulator's unpacked package and its .pth (`simulator_dir`, `python_minor`), this
-    sglang-fleet's checker (`checker`) and CUDA smoke check (role files, `files_dir`) at their content, the import of
-    the runtime's version, the venvs of the runtime under `root`, the marker that it parsed these command lines
-    (`marker`), the host's wheelhouse archive and unpacked marker (`room`), the free space under `root` and
-    `host_wheelhouse`; and the settings of the role's decision (module_utils/role_decisions.py: sglang_venv). Part of
-    sglang_venv_host's answer."""
+    sglang-fleet's checker (`checker`) and CUDA smoke check (role files, `files_dir`) at their content, the runtime's
+    version as the venv's Python finds it (SGLang's: VENV_SGLANG_CHECK; the simulator's: imported), the venvs of the
+    runtime under `root`, the marker that it parsed these command lines (`marker`), the host's wheelhouse archive and
+    unpacked marker (`room`), the free space under `root` and `host_wheelhouse`; and the settings of the role's
+    decision (module_utils/role_decisions.py: sglang_venv). Part of sglang_venv_host's answer."""
     path, version, root = settings["path"], settings["version"], settings["root"]
     venvs = f"{root}/{runtime}-*"
     decide = {"venv": path, "venvs": venvs, "keep_previous": settings["keep_previous"], "checker": settings["checker"]}
@@ -179,10 +189,12 @@ def sglang_venv_request(runtime: str, settings: Mapping[str, Any]) -> dict[str, 
     paths: list[dict[str, Any]] = []
     if runtime == "sglang":
         pins = sglang_wheelhouse_pins(settings["pins_file"], packages)
-        # The venv's interpreter runs and finds the pinned SGLang (every pin's version is read from its metadata too,
-        # `venvs`). Not `import sglang`: it imports torch and transformers, seconds of every host's every run (the
-        # install step checks that import once, after it installs: tasks/sglang.yml).
-        version_of = "import importlib.metadata as metadata; print(metadata.version('sglang'))"
+        # The venv's interpreter runs and finds the pinned SGLang: one installed distribution, its package, and every
+        # file its record lists but bytecode (every pin's version is read from its metadata too, `venvs`). Not
+        # `import sglang`: it imports torch and transformers, 17-19 s of every host's every run on an H100 host
+        # (tests/bench/sglang-import-timing-h100.txt); the install step checks that import once, after it installs
+        # (tasks/sglang.yml).
+        version_of = VENV_SGLANG_CHECK
         commands = [{"argv": [python, "-I", "-c", version_of], "stdout": version}]
     else:
         pins = packages

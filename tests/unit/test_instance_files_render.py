@@ -190,7 +190,8 @@ def test_requests_given_by_their_variables_names_are_each_read_once_and_answered
 # (after the scope's tag), trailing newlines (dropped and given back), a block tag at the end (trim_blocks), a value that
 # ends with a newline at the end, the instance's own template_destpath (read directly, through a lookup, or through a
 # variable), a value one render changes, a text that renders nothing or one value, one without Jinja (kept as it is, a
-# CR LF included), a parent template and the template's own `loop`.
+# CR LF included), a parent template, the template's own `loop` (in a loop's filter too), a name each render binds
+# set by the template, and variables that read the instance or the template's own variables through a default.
 EDGES = {
     "lead.j2": "\n{{ sglang_server_instance.name }} -> {{ template_destpath }}\n",
     "trail.j2": "{{ sglang_server_instance.name }}\n\n\n",
@@ -204,8 +205,15 @@ EDGES = {
     "one.j2": "{{ sglang_server_instance.name | length }}\n",
     "static.j2": "no template\r\nat all\r\n",
     "child.j2": "{%+ extends 'parent.txt' %}{% block name %}{{ sglang_server_instance.name }}{% endblock %}\n",
+    "filtered.j2": "{% for x in [1, 2] if loop is defined %}{{ x }}{% endfor %} {{ sglang_server_instance.name }}\n",
+    "rebound.j2": "{% set template_destpath = 'x' %}{{ template_destpath }} {{ sglang_server_instance.name }}\n",
+    "defaults.j2": "{{ label }} {{ header }} {{ dated }}\n",
 }
-VARIABLES = {"seen": [], "dest": "{{ template_destpath }}"}
+# A variable that reads what each render names for itself, through `default` or `is defined`: templated per render.
+VARIABLES = {
+    "seen": [], "dest": "{{ template_destpath }}", "label": "{{ sglang_server_instance.name | default('server') }}",
+    "header": "{{ ansible_managed | default('no header') }}", "dated": "{{ template_run_date is defined }}",
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(EDGES))

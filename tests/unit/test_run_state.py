@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from typing import Any
 
 import pytest
@@ -302,7 +303,7 @@ def venv_settings(tmp_path: Any, **overrides: Any) -> dict[str, Any]:
 def test_the_venv_request_reads_what_the_structures_it_replaced_read(tmp_path: Any) -> None:
     """The request roles/sglang_venv/tasks/preflight.yml built from _sglang_venv_installed_packages, _pins, _paths,
     _files and _commands (main before issue 37's last part), for each runtime."""
-    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_venv_request
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import VENV_SGLANG_CHECK, sglang_venv_request
 
     files = ROOT / "roles/sglang_venv/files"
     common_paths = [
@@ -345,10 +346,7 @@ def test_the_venv_request_reads_what_the_structures_it_replaced_read(tmp_path: A
     assert sglang["read"]["packages"] == {"python3.11": "", "python3.11-venv": ""}, "python3.11 installed to build it"
     assert sglang["read"]["venvs"][0]["pins"] == ["sglang==0.5.23", "smg==1.13.0", "torch==2.9.1"], "every wheel pinned"
     assert sglang["read"]["paths"] == common_paths
-    assert sglang["read"]["commands"] == [
-        {"argv": [python, "-I", "-c", "import importlib.metadata as metadata; print(metadata.version('sglang'))"],
-         "stdout": "0.5.23"}
-    ]  # fmt: skip
+    assert sglang["read"]["commands"] == [{"argv": [python, "-I", "-c", VENV_SGLANG_CHECK], "stdout": "0.5.23"}]
     fallback = sglang_venv_request("sglang", venv_settings(tmp_path, packages=top, pins_file=str(tmp_path / "absent")))
     assert fallback["read"]["venvs"][0]["pins"] == top, "no wheelhouse here yet: the top-level pins"
     unknown = sglang_venv_request("conda", venv_settings(tmp_path))
@@ -357,8 +355,9 @@ def test_the_venv_request_reads_what_the_structures_it_replaced_read(tmp_path: A
 
 def test_the_venv_check_finds_the_pinned_sglang_without_importing_it(tmp_path: Any) -> None:
     """The sglang runtime's probe command (filter sglang_venv_request) runs the venv's interpreter and reads SGLang's
-    version from its metadata: a package that cannot even be imported still answers, so no host imports torch on a
-    run that changes nothing; a venv holding another version differs."""
+    version from its metadata: a package whose import would fail still answers, so no host imports torch on a run that
+    changes nothing. Another version, a second distribution (an upgrade cut short), a file of its record missing or
+    no package at all differs (the install step then runs, and checks the import)."""
     import subprocess
     import sys
 
@@ -368,15 +367,31 @@ def test_the_venv_check_finds_the_pinned_sglang_without_importing_it(tmp_path: A
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next(venv.glob("lib/python*/site-packages"))
-    (site / "sglang-0.5.23.dist-info").mkdir()
-    (site / "sglang-0.5.23.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
-    (site / "sglang").mkdir()
+    info = site / "sglang-0.5.23.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
+    (info / "RECORD").write_text("sglang/__init__.py,,\nsglang/srt/server.py,,\nsglang/__pycache__/x.pyc,,\n")
+    (site / "sglang/srt").mkdir(parents=True)
     (site / "sglang/__init__.py").write_text("raise SystemExit('imported')\n")
+    (site / "sglang/srt/server.py").write_text("")
     request = sglang_venv_request("sglang", venv_settings(tmp_path, path=str(venv), pins_file=str(tmp_path / "absent")))
     (command,) = request["read"]["commands"]
-    assert installed.differences({"commands": [command]}) == []
-    (site / "sglang-0.5.23.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.22\n")
-    assert installed.differences({"commands": [command]}) == [f"{' '.join(command['argv'])}: printed '0.5.22', not '0.5.23'"]
+
+    def printed() -> list[str]:
+        return installed.differences({"commands": [command]})
+
+    assert printed() == [], "found without importing it, bytecode not needed"
+    (site / "sglang/srt/server.py").unlink()
+    assert printed()[0].endswith("printed '1 sglang distribution(s), 1 of its files missing', not '0.5.23'")
+    (site / "sglang/srt/server.py").write_text("")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.22\n")
+    assert printed()[0].endswith("printed '0.5.22', not '0.5.23'")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
+    shutil.copytree(info, site / "sglang-0.5.22.dist-info")
+    assert printed()[0].endswith("printed '2 sglang distribution(s), 0 of its files missing', not '0.5.23'")
+    shutil.rmtree(site / "sglang-0.5.22.dist-info")
+    shutil.rmtree(site / "sglang")
+    assert printed()[0].endswith("printed '1 sglang distribution(s), 2 of its files missing', not '0.5.23'")
 
 # CUDA's request as roles/cuda/tasks/preflight.yml and vars/main.yml built it before filter cuda_request (main before
 # issue 37's last part).
