@@ -49,6 +49,7 @@ BATCH_PARSER = jinja2.Environment(
 # One trailing newline (of any kind), which jinja2 drops from a template's text before it parses it.
 TRAILING_NEWLINE = re.compile(r"(\r\n|\r|\n)\Z")
 
+
 class PerRender(Exception):
     """A variable read what only a render names (the instance, template_*): see PER_RENDER."""
 
@@ -236,7 +237,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         given = request.get("templates") or []
         templates = [(template, self.find("templates", template["src"], role_path)) for template in given]
         instances = request.get("instances") or []
-        settled, whole = ({}, False) if not instances else self.settled([source for _, source in templates], task_vars, loop_var)
+        sources = [source for template, source in templates]
+        settled, whole = self.settled(sources, task_vars, loop_var) if instances else ({}, False)
         for template, source in templates:
             dests = [(instance, instance["files"][template["file"]]) for instance in instances]
             renders = [(instance, dest) for instance, dest in dests if dest]
