@@ -19,9 +19,11 @@ NVIDIA_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-
 
 
 # What the sglang runtime's probe runs with the venv's Python (sglang_venv_request): SGLang's version, or what is wrong.
-VENV_SGLANG_CHECK = """import importlib.metadata as metadata, importlib.util as util
+# Its record is read as it is: Distribution.files leaves out the files that are missing from Python 3.12 on.
+VENV_SGLANG_CHECK = """import csv, importlib.metadata as metadata, importlib.util as util
 found = list(metadata.distributions(name="sglang"))
-gone = [path for path in found[0].files or [] if path.suffix != ".pyc" and not path.locate().exists()] if found else []
+listed = [row[0] for row in csv.reader((found[0].read_text("RECORD") or "").splitlines()) if row] if found else []
+gone = [path for path in listed if not path.endswith(".pyc") and not found[0].locate_file(path).exists()]
 if len(found) == 1 and util.find_spec("sglang") and not gone:
     print(found[0].version)
 else:
