@@ -75,6 +75,15 @@ def generated_names() -> list[str]:
     return list(generate_ansible_template_vars(path=__file__, fullpath=__file__, dest_path=__file__))
 
 
+def template_vars(src: str, source: str, dest: str | None, task_vars: dict[str, Any]) -> dict[str, Any]:
+    """The variables Ansible gives the template at `source` rendered for `dest`; an ansible_managed the user set is
+    kept, as the template action keeps it."""
+    generated: dict[str, Any] = generate_ansible_template_vars(path=src, fullpath=source, dest_path=dest)
+    if "ansible_managed" in task_vars:
+        generated.pop("ansible_managed", None)
+    return generated
+
+
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 
 
@@ -110,15 +119,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def render(self, src: str, source: str, dest: str, task_vars: dict[str, Any], extra: dict[str, Any]) -> str:
         """The template at `source` rendered as ansible.builtin.template would for `dest`, with `extra` variables."""
-        generated = generate_ansible_template_vars(path=src, fullpath=source, dest_path=dest)
-        if "ansible_managed" in task_vars:  # as the template action: an ansible_managed the user set is kept
-            generated.pop("ansible_managed", None)
-        template_vars = {**task_vars, **extra, **generated}
-        searchpath = [*template_vars.get("ansible_search_path", []), os.path.dirname(source)]
+        text = self._loader.get_text_file_contents(source)
+        return self.rendered(source, text, {**task_vars, **extra, **template_vars(src, source, dest, task_vars)})
+
+    def rendered(self, source: str, text: str, variables: dict[str, Any]) -> str:
+        """`text` (the template at `source`'s, or one made of it) rendered as the template action renders it, with
+        `variables`: the template's folder and the play's search path its includes are looked up in."""
+        searchpath = [*variables.get("ansible_search_path", []), os.path.dirname(source)]
         searchpath = [path for base in searchpath for path in (os.path.join(base, "templates"), base)]
-        templar = self._templar.copy_with_new_env(searchpath=searchpath, available_variables=template_vars)
-        data = trust_as_template(self._loader.get_text_file_contents(source))
-        return str(templar.template(data, escape_backslashes=False, overrides=OVERRIDES) or "")
+        templar = self._templar.copy_with_new_env(searchpath=searchpath, available_variables=variables)
+        return str(templar.template(trust_as_template(text), escape_backslashes=False, overrides=OVERRIDES) or "")
 
     def render_each(
         self, src: str, source: str, renders: list[tuple[dict[str, Any], str]], task_vars: dict[str, Any], extra: dict[str, Any],
@@ -134,9 +144,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         is batchable and the ansible_managed it gets names no destination; otherwise, for a single render, or where
         the batch fails (its error would name the wrapper, not the template), each is rendered alone."""
         text = self._loader.get_text_file_contents(source)
-        generated = generate_ansible_template_vars(path=src, fullpath=source, dest_path=renders[0][1] if renders else None)
-        if "ansible_managed" in task_vars:  # as render
-            generated.pop("ansible_managed", None)
+        generated = template_vars(src, source, renders[0][1] if renders else None, task_vars)
         alone = [(dest, {**extra, loop_var: instance}) for instance, dest in renders]
         if (
             len(renders) < 2 or not settled or not loop_var.isidentifier() or not batchable(text, loop_var)
@@ -149,12 +157,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             "{% for _sglang_fleet_render in _sglang_fleet_renders %}" + scope + TRAILING_NEWLINE.sub("", text)
             + "{% endwith %}" + separator + "{% endfor %}"
         )  # fmt: skip
-        template_vars = {**task_vars, **extra, **generated, "_sglang_fleet_renders": [list(render) for render in renders]}
-        searchpath = [*template_vars.get("ansible_search_path", []), os.path.dirname(source)]
-        searchpath = [path for base in searchpath for path in (os.path.join(base, "templates"), base)]
-        templar = self._templar.copy_with_new_env(searchpath=searchpath, available_variables=template_vars)
+        variables = {**task_vars, **extra, **generated, "_sglang_fleet_renders": [list(render) for render in renders]}
         try:
-            rendered = str(templar.template(trust_as_template(wrapper), escape_backslashes=False, overrides=OVERRIDES) or "")
+            rendered = self.rendered(source, wrapper, variables)
         except AnsibleError:
             rendered = ""
         pieces = rendered.split(separator)
@@ -169,12 +174,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         templated without them (templated in each render, as before); and whether those are all the host's variables
         they read but the instance (none is templated again in a render: render_each's condition)."""
         names: set[str] = set()
-        per_render = {loop_var, "hostvars", "vars"}
+        per_render = {loop_var, "hostvars", "vars", *generated_names()}
         try:
             for source in sources:
                 parsed = PARSER.parse(self._loader.get_text_file_contents(source))
                 names |= {node.name for node in parsed.find_all(jinja2.nodes.Name) if node.ctx == "load"}
-                per_render |= set(generate_ansible_template_vars(path=source, fullpath=source, dest_path=source))
         except jinja2.TemplateSyntaxError:
             return {}, False
         # What each render names for itself stands in for here: a variable that reads any of it (even through
