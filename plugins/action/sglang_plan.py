@@ -1,4 +1,4 @@
-"""Action plugin: gather a host's facts with module sglang_host_facts and derive its plan from them, in one task.
+"""Action plugin: gather a host's facts as module sglang_host_facts does and derive its plan from them, in one task.
 
 The plan needs the host's answer (its GPUs, ports, model directory) and nothing else of the host. Deriving it here, on
 the control node, as the task's own step spares a task of every run (each forks a worker per host) that derived it
@@ -73,9 +73,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         addresses = settings.get("node_addresses") or {}
         if addresses:
             module_args["routes_to"] = sorted(set(addresses.values()))
+        # Module sglang_instance_files gathers them (its `facts`: sglang_host_facts' options and answer): deploy's probe
+        # calls that module next, and Ansible builds a module's payload once per run, so the two calls share one.
         answer: dict[str, Any] = self._execute_module(
-            module_name="sglang.fleet.sglang_host_facts", module_args=module_args, task_vars=task_vars
+            module_name="sglang.fleet.sglang_instance_files", module_args={"facts": module_args}, task_vars=task_vars
         )
+        for files_only in ("changed_paths", "diff"):  # the module's answer of files, of which this call sends none
+            answer.pop(files_only, None)
         result.update(answer)
         if answer.get("failed"):
             return result

@@ -42,6 +42,13 @@ options:
       name, and passes the module this dict.
     type: dict
     default: {}
+  facts:
+    description: >-
+      The options of module sglang_host_facts: gathers what that module gathers, in the same call (after the files and
+      reads), and returns it as it does (C(ansible_facts), C(model), C(group_models)). The action sglang_plan sends
+      the plan's gathering here rather than to sglang_host_facts, so that deploy's two calls to a host share one module
+      payload, which Ansible builds once per run.
+    type: dict
 author: sglang-fleet maintainers (@sglang-fleet)
 """
 
@@ -86,6 +93,18 @@ read:
 answers:
   description: With I(requests), each request's C(changed_paths), C(diff) and C(read) (when it has one), by its name.
   returned: when I(requests) is given
+  type: dict
+ansible_facts:
+  description: With I(facts), the facts module sglang_host_facts returns (C(sglang_host) and Ansible's own).
+  returned: when I(facts) is given
+  type: dict
+model:
+  description: With I(facts), the model directory as module sglang_host_facts returns it.
+  returned: when I(facts) and its C(model) are given
+  type: dict
+group_models:
+  description: With I(facts), the instance groups' model directories as module sglang_host_facts returns them.
+  returned: when I(facts) and its C(group_models) are given
   type: dict
 """
 
@@ -146,6 +165,20 @@ def with_keys(routers: list[dict[str, Any]], private: list[str]) -> list[dict[st
     return [{**router, "api_key": private[int(router["api_key"])]} for router in routers]
 
 
+def host_facts(module: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """What module sglang_host_facts answers for `options` (validated as that module validates them, and logged so). Its
+    code is imported here, only when asked: a call that writes files does not import Ansible's fact collectors on the
+    host (its payload carries them all the same, as it carries every module_utils the module may import)."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+    from ansible_collections.sglang.fleet.plugins.module_utils.host_facts import OPTIONS, answer
+
+    validated = ArgumentSpecValidator(OPTIONS).validate(options)
+    if validated.error_messages:
+        module.fail_json(msg=f"facts: unsupported or invalid options: {'; '.join(validated.error_messages)}")
+    module.params["facts"] = validated.validated_parameters
+    return answer(module, validated.validated_parameters)
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
@@ -156,6 +189,7 @@ def main() -> None:
             "private_contents": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "read": {"type": "dict"},
             "requests": {"type": "dict", "default": {}},
+            "facts": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -167,6 +201,8 @@ def main() -> None:
             | ({"routers": routers_differences(with_keys(request["routers"], private))} if request.get("routers") else {})
             for name, request in requests.items()
         }
+    if module.params.get("facts") is not None:
+        result.update(host_facts(module, module.params["facts"]))
     changed = bool(result["changed_paths"]) or any(each["changed_paths"] for each in result.get("answers", {}).values())
     module.exit_json(changed=changed, **result)
 

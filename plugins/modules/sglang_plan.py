@@ -1,15 +1,17 @@
 #!/usr/bin/python
-"""Documentation of the action plugin sglang_plan, which runs module sglang_host_facts on the host and derives the plan
-on the control node (no module code of its own)."""
+"""Documentation of the action plugin sglang_plan, which gathers the host's facts as module sglang_host_facts does and
+derives the plan on the control node (no module code of its own)."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_plan
-short_description: Gathers a host's facts with sglang_host_facts and derives its SGLang instances from them, in one task
+short_description: Gathers a host's facts as sglang_host_facts does and derives its SGLang instances from them, in one task
 description:
-  - An action plugin. Runs module sglang_host_facts on the host with I(host_facts) (one round trip), then derives the
-    host's plan from I(settings) and that answer on the control node, as the filter sglang_plan does.
+  - An action plugin. Gathers what module sglang_host_facts gathers, with I(host_facts) (one round trip, through module
+    sglang_instance_files' C(facts) - the module deploy's probe calls next, so that both calls share one module
+    payload, which Ansible builds once per run), then derives the host's plan from I(settings) and that answer on the
+    control node, as the filter sglang_plan does.
   - Returns the module's answer (its C(ansible_facts), C(sglang_host) with Ansible's own, set as the host's facts; the
     C(model) and C(group_models) it read) and C(plan). Role sglang_plan publishes the plan with set_fact.
   - Never changes the host.

@@ -7,7 +7,7 @@ $OUT/results.tar.gz (atomically) after every stage:
   models       tests/hardware/gen_tiny.py: tiny-qwen3 and tiny-mimo-mtp (mimo_mtp_agree)
   nvidia_smi   the driver's answers: --help-query-gpu, the GPU query, -q -x, the table, compute apps, an unknown
                field, /dev/nvidia*, /proc/driver/nvidia/gpus/*/information
-  facts        plugins/modules/sglang_host_facts.py gather() and plugins/module_utils/model_facts.py describe()
+  facts        plugins/module_utils/host_facts.py gather() and plugins/module_utils/model_facts.py describe()
   cuda_smoke   roles/sglang_venv/files/cuda_smoke_check.py (or sglang_server's; when present): by UUID --expect 1, --expect 2, and
                CUDA_VISIBLE_DEVICES=3 --expect 1
   tp2          (two GPUs) host_vars/h200x2-tp2.yml, ct129-shaped: the smoke check --expect 2 --all-reduce with the
@@ -241,7 +241,7 @@ def project_modules() -> dict[str, types.ModuleType]:
         for kind, name in (
             ("module_utils", "sglang_readiness"),
             ("module_utils", "sglang_router_client"),
-            ("modules", "sglang_host_facts"),
+            ("module_utils", "host_facts"),
             ("module_utils", "model_facts"),
             ("filter", "sglang_plan"),
             ("modules", "sglang_rollout"),
@@ -674,7 +674,7 @@ def stage_nvidia_smi(run: Run, record: Json) -> None:
 
 
 def stage_facts(run: Run, mods: dict[str, types.ModuleType], model_dir: Path, record: Json) -> Json:
-    facts: Json = mods["sglang_host_facts"].gather("nvidia-smi")
+    facts: Json = mods["host_facts"].gather("nvidia-smi")
     run.save("facts/host_facts.json", facts)
     model: Json = mods["model_facts"].describe(str(model_dir), {})
     run.save("facts/model_facts.json", model)

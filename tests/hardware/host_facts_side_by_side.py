@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collections"))
+from ansible_collections.sglang.fleet.plugins.module_utils import host_facts as module
 from ansible_collections.sglang.fleet.plugins.module_utils import nvidia_smi
-from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts as module
 
 ROUNDS = 9
 QUERIES = {"query_gpu": nvidia_smi.GPU_QUERY, "query_compute_apps": nvidia_smi.APP_QUERY, "q_x": nvidia_smi.XML_QUERY}

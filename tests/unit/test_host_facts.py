@@ -13,8 +13,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from ansible_collections.sglang.fleet.plugins.module_utils import host_facts as module
 from ansible_collections.sglang.fleet.plugins.module_utils import listeners, nvidia_smi, pythons
-from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts as module
+from ansible_collections.sglang.fleet.plugins.modules import sglang_host_facts
 
 RECORDING = Path(__file__).resolve().parents[1] / "recordings" / "h200-driver-580.159.04"
 H200_UUID = "GPU-44f393d0-11d7-63e7-90fc-6f04b5c785e9"  # the GPU of the *-with-torch recordings
@@ -384,7 +385,7 @@ def test_the_calls_start_before_the_rest_is_read_and_answer_after(tmp_path: Path
         exit_json=lambda **result: seen.update(result),
     )
     monkeypatch.setattr("ansible.module_utils.basic.AnsibleModule", lambda **_: fake)
-    module.main()
+    sglang_host_facts.main()
     assert seen["started while the model was read"] == [], "no call started before the model directory was read"
     assert seen["running while facts were gathered"] == sorted(
         ["--query-gpu=" + nvidia_smi.GPU_FIELDS, "--query-compute-apps=" + nvidia_smi.APP_FIELDS, "-q"]

@@ -123,14 +123,15 @@ def test_mtp_tensors_are_found_where_sglangs_loaders_take_them() -> None:
     assert has_mtp_tensors(["model.mtp_layers.0.input_proj.weight", "model.layers.0.mlp.weight"])
 
 
-def run_host_facts(arguments: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    """Module sglang_host_facts run as Ansible runs a module: its arguments in a file, its result on stdout."""
+def run_host_facts(arguments: dict[str, Any], tmp_path: Path, module_name: str = "sglang_host_facts") -> dict[str, Any]:
+    """Module sglang_host_facts (or `module_name`) run as Ansible runs a module: its arguments in a file, its result on
+    stdout (a failed module's too)."""
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": arguments}))
-    module_file = ROOT / "plugins/modules/sglang_host_facts.py"
+    module_file = ROOT / f"plugins/modules/{module_name}.py"
     environment = {"PYTHONPATH": str(ROOT / "collections")}
     done = subprocess.run(
-        [sys.executable, str(module_file), str(args_file)], capture_output=True, text=True, check=True, env=environment
+        [sys.executable, str(module_file), str(args_file)], capture_output=True, text=True, check=False, env=environment
     )
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -146,3 +147,22 @@ def test_host_facts_reads_the_model_in_the_same_call(stand_in_model_dir: Path, t
     assert result["model"] == expected, "sha256, user and group default to empty"
     assert result["ansible_facts"]["sglang_host"]["gpu_error"].startswith(no_smi)
     assert "model" not in run_host_facts({"nvidia_smi": no_smi}, tmp_path)
+
+
+def test_instance_files_gathers_with_facts_as_host_facts_does(stand_in_model_dir: Path, tmp_path: Path) -> None:
+    """Deploy's plan gathers through module sglang_instance_files (its `facts`), the module deploy's probe calls next, so
+    both calls share one payload: given sglang_host_facts' options, it answers what that module answers; options that
+    module refuses, it refuses as well, naming `facts`."""
+    options = {"nvidia_smi": str(tmp_path / "no-nvidia-smi"), "model": {"path": str(stand_in_model_dir)},
+               "gather_subset": ["!all", "min"]}  # fmt: skip
+    alone = run_host_facts(options, tmp_path)
+    shared = run_host_facts({"facts": options}, tmp_path, "sglang_instance_files")
+    for result in (alone, shared):
+        assert isinstance(result["model"].pop("disk_free_bytes"), int)
+        result["ansible_facts"]["sglang_host"].pop("listening")  # other processes open and close ports meanwhile
+        assert result["ansible_facts"].pop("ansible_date_time")["epoch"], "Ansible's own facts, gathered as setup does"
+    assert shared["ansible_facts"] == alone["ansible_facts"] and shared["model"] == alone["model"]
+    assert not shared["changed"] and shared["changed_paths"] == []
+    assert shared["invocation"]["module_args"]["facts"]["model"]["sha256"] == {}, "logged as validated, with defaults"
+    refused = run_host_facts({"facts": {"nvidia_smi": "nvidia-smi", "model": {"sha256": {}}}}, tmp_path, "sglang_instance_files")
+    assert refused["failed"] and refused["msg"].startswith("facts: ") and "path" in refused["msg"], refused

@@ -1,9 +1,10 @@
-"""Action sglang_plan: the host's facts gathered by module sglang_host_facts and the plan derived from that answer, in
-one task. Run through ansible-playbook on this machine (local connection), its nvidia-smi replaying the real driver's
+"""Action sglang_plan: the host's facts gathered as module sglang_host_facts gathers them and the plan derived from that
+answer, in one task. Run through ansible-playbook on this machine (local connection), its nvidia-smi replaying the real driver's
 recording (one H200)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 from pathlib import Path
@@ -164,3 +165,21 @@ def test_the_module_s_options_from_the_variables_check_the_lock_s_files_for_an_s
     assert host_facts_options(variable, sourced)["model"]["sha256"] == {"model.safetensors": "b" * 64}
     # An sglang_model before its source is published (no control node's copy): sglang_model_sha256, as the role did.
     assert host_facts_options(variable, {**sourced, "model_source": {}})["model"]["sha256"] == {"config.json": "a" * 64}
+
+
+def executed_modules(action: str) -> set[str]:
+    """The modules an action plugin runs on the host (each `_execute_module(module_name=...)` of its source)."""
+    tree = ast.parse((ROOT / "plugins/action" / f"{action}.py").read_text())
+    return {
+        str(keyword.value.value)
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "_execute_module"
+        for keyword in call.keywords
+        if keyword.arg == "module_name" and isinstance(keyword.value, ast.Constant)
+    }
+
+
+def test_the_plan_and_deploys_probe_run_one_module() -> None:
+    """Deploy's two calls to a host, the plan's gathering and the probe, run the same module: Ansible builds a module's
+    payload (the module and every module_utils it imports, each parsed) once per run, so the second call reuses it."""
+    assert executed_modules("sglang_plan") == executed_modules("sglang_instance_files") == {"sglang.fleet.sglang_instance_files"}
