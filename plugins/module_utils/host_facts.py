@@ -163,7 +163,7 @@ def answer(module: Any, params: dict[str, Any]) -> dict[str, Any]:
             path: model_facts(path, {}, account[0], account[1], "", "", []) for path in params["group_models"]
         }
     # After the model directory (hashing it may take minutes): the GPUs and their processes as the plan gets them.
-    with Gathering(params["nvidia_smi"]) as gathering:  # its calls run while Ansible's facts are gathered
+    with Gathering(params["nvidia_smi"], PROC_GPUS) as gathering:  # its calls run while Ansible's facts are gathered
         facts = ansible_facts(module, params["gather_subset"]) if params["gather_subset"] else {}
         host = gathering.facts()
     if params.get("routes_to"):
