@@ -197,8 +197,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     def requests(self, given: Any, task_vars: dict[str, Any]) -> dict[str, Any]:
         """The requests by name: `given` as it is, or, for a list of variable names, each variable's request (templated
         as Ansible would any variable) under its `name`."""
-        if not isinstance(given, list):
+        if isinstance(given, dict):
             return dict(given)
+        if not isinstance(given, list):
+            raise AnsibleActionFail("requests: the requests by name, or a list of the variables' names that hold them")
         requests: dict[str, Any] = {}
         for variable in given:
             if not isinstance(variable, str) or variable not in task_vars:

@@ -106,6 +106,18 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(number) for number in re.findall(r"\d+", text))
 
 
+def python_asked(python: Any, host_facts: Mapping[str, Any]) -> dict[str, Any]:
+    """How `python` (sglang_venv_python) failed to answer the plan's gathering, which asked it with the usual names
+    (ansible_facts.sglang_host: python_errors), as a command's result: why it gave no version; empty where it answered."""
+    if not isinstance(python, str):
+        return {"rc": 1, "stderr": "not a name or a path"}
+    if python in (host_facts.get("python_versions") or {}):
+        return {}
+    errors: Mapping[str, str] = host_facts.get("python_errors") or {}
+    why = errors.get(python) or "not asked by the plan's gathering: a value that reads the host's facts is not known before it"
+    return {"rc": 1, "stderr": why}
+
+
 def sglang_venv_python(
     python: str,
     known: Mapping[str, str],
@@ -114,11 +126,11 @@ def sglang_venv_python(
     distribution: str,
 ) -> dict[str, Any]:
     """The Python that builds the venv: how `python` (sglang_venv_python) answered (`answer`: rc and stdout, as the
-    plan's probe found it among `known`, the host's Python versions by name, else as preflight `asked` it), its
+    plan's gathering found it among `known`, the host's Python versions by name, else `asked`: why it gave none), its
     version (`found`, "3.12"), whether python3.11 is installed to build it instead (`installs`: with `install`,
     sglang_venv_python_install, on Ubuntu, where `found` is a Python 3 older than 3.11), the interpreter that builds it,
     its wheel tag ("312") and the version its site-packages are named by (`minor`)."""
-    answer = {"rc": 0, "stdout": known[python]} if python in known else dict(asked or {})
+    answer = {"rc": 0, "stdout": known[python]} if isinstance(python, str) and python in known else dict(asked or {})
     found = str(answer.get("stdout") or "").strip()
     installs = bool(install) and distribution == "Ubuntu" and (3, 0) <= _version(found) < (3, 11)
     return {
@@ -282,9 +294,9 @@ def sglang_venv_host(runtime: str, settings: Mapping[str, Any]) -> dict[str, Any
     the places whose room preflight checks (`footprint`, `room`), the fact the servers run (`runtime`: python, module,
     cuda_check, environment) and deploy's probe request (`request`, sglang_venv_request).
 
-    `settings`: runtimes, root, version, router_version, python (sglang_venv_python), python_asked (preflight's answer,
-    when the plan's probe did not know it), python_install, distribution, os_family, os_packages, architecture,
-    host_facts (ansible_facts.sglang_host: python_versions, glibc_version), wheelhouse_cache, host_wheelhouse,
+    `settings`: runtimes, root, version, router_version, python (sglang_venv_python), python_install, distribution,
+    os_family, os_packages, architecture, host_facts (ansible_facts.sglang_host: python_versions and python_errors, as
+    the plan's gathering asked sglang_venv_python, and glibc_version), wheelhouse_cache, host_wheelhouse,
     keep_previous, files_dir (the role's files), instances (sglang_instances), runtime_environment, simulator_archive
     (lookup sglang_venv_archive, runtime "simulator" only), and the role's tables server_modules, args_parsers,
     footprints."""
@@ -294,8 +306,8 @@ def sglang_venv_host(runtime: str, settings: Mapping[str, Any]) -> dict[str, Any
     bin_dir = f"{path}/bin"
     host_facts: Mapping[str, Any] = settings["host_facts"] or {}
     python = sglang_venv_python(
-        settings["python"], host_facts.get("python_versions") or {}, settings["python_asked"], settings["python_install"],
-        settings["distribution"],
+        settings["python"], host_facts.get("python_versions") or {}, python_asked(settings["python"], host_facts),
+        settings["python_install"], settings["distribution"],
     )  # fmt: skip
     router = f"smg=={settings['router_version']}"
     packages = {"sglang": [f"sglang=={version}", router], "simulator": [router]}.get(runtime, [])

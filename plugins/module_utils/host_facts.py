@@ -43,6 +43,7 @@ OPTIONS: dict[str, Any] = {
     },
     "group_models": {"type": "list", "elements": "path", "default": []},
     "routes_to": {"type": "list", "elements": "str", "default": []},
+    "pythons": {"type": "list", "elements": "str", "default": []},
 }
 
 
@@ -73,7 +74,7 @@ class Gathering:
     """The host's facts; its calls (nvidia-smi's, each Python's) all started when made, to run while the module does its
     other work, and read by facts(). As a context manager, ends the calls left unread."""
 
-    def __init__(self, nvidia_smi: str, proc_gpus: str = PROC_GPUS) -> None:
+    def __init__(self, nvidia_smi: str, proc_gpus: str = PROC_GPUS, pythons: tuple[str, ...] = ()) -> None:
         self.proc_gpus = proc_gpus
         self.smi = NvidiaSmi(nvidia_smi)
         try:
@@ -83,7 +84,7 @@ class Gathering:
             self.smi.start(*APP_QUERY)
             if not os.path.isdir(proc_gpus):
                 self.smi.start(*XML_QUERY)
-            self.pythons = PythonVersions()
+            self.pythons = PythonVersions(reported=pythons)
         except BaseException:
             self.smi.close()
             raise
@@ -105,6 +106,7 @@ class Gathering:
             "memtotal_mb": memtotal_mb(),
             "glibc_version": glibc_version(),
             "python_versions": self.pythons.answers(),
+            "python_errors": self.pythons.errors(),
             "listening": listening_ports(),
         }
         text, facts["gpu_error"] = self.smi.answer(*GPU_QUERY)
@@ -163,7 +165,8 @@ def answer(module: Any, params: dict[str, Any]) -> dict[str, Any]:
             path: model_facts(path, {}, account[0], account[1], "", "", []) for path in params["group_models"]
         }
     # After the model directory (hashing it may take minutes): the GPUs and their processes as the plan gets them.
-    with Gathering(params["nvidia_smi"], PROC_GPUS) as gathering:  # its calls run while Ansible's facts are gathered
+    # Its calls run while Ansible's facts are gathered.
+    with Gathering(params["nvidia_smi"], PROC_GPUS, tuple(params["pythons"])) as gathering:
         facts = ansible_facts(module, params["gather_subset"]) if params["gather_subset"] else {}
         host = gathering.facts()
     if params.get("routes_to"):

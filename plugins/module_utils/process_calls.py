@@ -19,8 +19,11 @@ if TYPE_CHECKING:
 
 
 def started(argv: list[str]) -> subprocess.Popen[str]:
-    """`argv` running in a session of its own (ended with whatever it starts: stop), its output piped."""
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    """`argv` running in a session of its own (ended with whatever it starts: stop), its output piped (as text; a byte
+    that is not UTF-8 read as U+FFFD, not an error)."""
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True
+    )
 
 
 def piped(argv: list[str]) -> subprocess.Popen[str]:

@@ -21,7 +21,7 @@ description:
   - Maps each GPU process and each listening TCP port to its PID, program name and systemd unit.
   - Reads host RAM from C(/proc/meminfo) and the glibc version from the C library, and asks each of C(python3),
     C(python3.11), C(python3.12) and C(python3.13) found on C(PATH) for its version (all at once; the Python running
-    the module answers for itself).
+    the module answers for itself), and each of I(pythons) too.
   - Its calls (nvidia-smi's and the Pythons') all start once the model directory is read (hashing it may take
     minutes; the GPUs' and processes' answers are then as fresh as before) and run while it gathers Ansible's facts.
   - With I(model), also reads the model directory in the same call and returns it as C(model). From C(config.json)
@@ -108,6 +108,13 @@ options:
     type: list
     elements: str
     default: []
+  pythons:
+    description:
+      - Other Pythons to ask for their version (each a name on C(PATH) or a path, e.g. the one a venv is built with),
+        answered in C(python_versions) as the usual ones; why one gives no version is in C(python_errors).
+    type: list
+    elements: str
+    default: []
 author: sglang-fleet maintainers (@sglang-fleet)
 """
 
@@ -167,7 +174,12 @@ ansible_facts:
       description: The glibc version, e.g. C(2.36); empty when unknown.
       type: str
     python_versions:
-      description: The version (C(3.11)) of each Python found on C(PATH), by its name and by its path.
+      description: The version (C(3.11)) of each Python found on C(PATH) and of I(pythons), by its name and by its path.
+      type: dict
+    python_errors:
+      description:
+        - Why each of I(pythons) gave no version, by name - C(not found), C(not executable), the last line it wrote to
+          stderr, its exit status, C(no answer within 30 s) or why it could not start.
       type: dict
 model:
   description: >-

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ansible.errors import AnsibleError
 from ansible_collections.sglang.fleet.plugins.filter.sglang_model import sglang_model_dir, sglang_model_name
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import tokenizer_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import group_model_paths
@@ -123,9 +124,15 @@ def host_facts_options(variable: Variable, settings: dict[str, Any]) -> dict[str
     """The options of module sglang_host_facts for the plan (role sglang_plan's task): nvidia-smi, Ansible's fact
     subsets, the model directory's files checked by their SHA-256 (an sglang_model's lock file's, from the control
     node's copy, else sglang_model_sha256) readable as the servers' account (the server role's, with its defaults where
-    the play lacks that role), the record of the verified files, and the tokenizer directories and instance groups'
-    model directories of the settings."""
+    the play lacks that role), the record of the verified files, the tokenizer directories and instance groups'
+    model directories of the settings, and the Python the venv is built with (sglang_venv_python, the venv role's: its
+    preflight checks how it answered; a value that cannot be known before the host's facts are gathered, or that is no
+    string, is not asked, and that preflight says so)."""
     source = settings["model_source"]
+    try:
+        python = variable("sglang_venv_python", "python3")
+    except AnsibleError:  # a template that reads the facts this call gathers
+        python = None
     sha256 = source.get("sha256", {}) if settings["model_sourced"] and source else variable("sglang_model_sha256", MISSING)
     return {
         "nvidia_smi": settings["nvidia_smi"],
@@ -138,4 +145,5 @@ def host_facts_options(variable: Variable, settings: dict[str, Any]) -> dict[str
             "tokenizer_paths": tokenizer_paths(settings["server_args"], settings["instance_overrides"]),
         },
         "group_models": group_model_paths(settings["instance_groups"]),
+        "pythons": [python] if isinstance(python, str) and python else [],
     }

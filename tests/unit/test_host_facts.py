@@ -251,6 +251,32 @@ def test_python_versions_are_asked_of_each_python_on_path_by_name_and_path(tmp_p
     }, "python3.11 is not on PATH; python3.13 does not answer"
 
 
+def test_the_venv_s_python_is_asked_too_and_why_it_gave_no_version_is_said(tmp_path: Path, monkeypatch: Any) -> None:
+    for name, body in (("python3", "echo 3.11"), ("python3.10", "echo 'python3.10: broken install' >&2; exit 1"),
+                       ("quiet", "exit 3")):  # fmt: skip
+        script = tmp_path / name
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
+    custom = tmp_path / "opt" / "python"
+    custom.parent.mkdir()
+    custom.write_text("#!/bin/sh\necho 3.12\n")
+    custom.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for reported, versions, errors in (
+        (str(custom), {str(custom): "3.12"}, {}),
+        ("python3", {}, {}),
+        ("python3.10", {}, {"python3.10": "python3.10: broken install"}),
+        ("quiet", {}, {"quiet": "exit status 3"}),
+        ("python9", {}, {"python9": "not found"}),
+        (str(tmp_path / "nothing"), {}, {str(tmp_path / "nothing"): "not found"}),
+    ):
+        asked = pythons.PythonVersions(reported=(reported,))
+        found = asked.answers()
+        assert found == {"python3": "3.11", str(tmp_path / "python3"): "3.11", **versions}, reported
+        assert asked.errors() == errors, reported
+    assert pythons.PythonVersions().errors() == {}, "no error said for the usual names a host lacks"
+
+
 def test_the_python_running_the_module_answers_for_itself(tmp_path: Path, monkeypatch: Any) -> None:
     (tmp_path / "python3.13").symlink_to(sys.executable)
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -381,6 +407,7 @@ def test_the_calls_start_before_the_rest_is_read_and_answer_after(tmp_path: Path
                 "tokenizer_paths": [],
             },
             "group_models": [],
+            "pythons": ["python9"],
         },
         exit_json=lambda **result: seen.update(result),
     )
@@ -395,6 +422,7 @@ def test_the_calls_start_before_the_rest_is_read_and_answer_after(tmp_path: Path
     assert seen["ansible_facts"]["ansible_subsets"] == ["min"]
     assert host["gpu_error"] is None and [gpu["device"] for gpu in host["gpus"]] == ["/dev/nvidia0"]
     assert host["python_versions"]["python3.12"] == host["python_versions"][python] == "3.12", "answered after"
+    assert host["python_errors"] == {"python9": "not found"}
 
 
 def test_calls_left_unread_are_ended_with_what_they_started(tmp_path: Path, monkeypatch: Any) -> None:

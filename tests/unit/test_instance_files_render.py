@@ -145,7 +145,7 @@ def test_requests_given_by_their_variables_names_are_each_read_once_and_answered
 ) -> None:
     """deploy's probe: the roles' requests by the names of the variables that hold them (a fact as it was published; a
     variable that is one template, templated once), answered and decided under each request's own `name`, in order; a
-    name that is no variable fails the task, naming it."""
+    name that is no variable, or a `requests` that is neither a list nor a dict, fails the task, naming it."""
     (tmp_path / "same").write_text("same\n")
     os.chmod(tmp_path / "same", 0o644)
     counter = tmp_path / "templated"
@@ -169,6 +169,9 @@ def test_requests_given_by_their_variables_names_are_each_read_once_and_answered
                 {"sglang.fleet.sglang_instance_files": {"requests": ["no_such_request"]},
                  "check_mode": True, "register": "missing", "failed_when": False},
                 {"ansible.builtin.copy": {"dest": str(tmp_path / "missing.yml"), "content": "{{ missing | to_yaml }}"}},
+                {"sglang.fleet.sglang_instance_files": {"requests": "plan_request"},
+                 "check_mode": True, "register": "bare", "failed_when": False},
+                {"ansible.builtin.copy": {"dest": str(tmp_path / "bare.yml"), "content": "{{ bare | to_yaml }}"}},
             ],
         }
     ]  # fmt: skip
@@ -184,6 +187,8 @@ def test_requests_given_by_their_variables_names_are_each_read_once_and_answered
     assert not (tmp_path / "new").exists(), "check mode writes nothing"
     missing = yaml.safe_load((tmp_path / "missing.yml").read_text())
     assert "'no_such_request' is no variable of this host" in missing["msg"], missing
+    bare = yaml.safe_load((tmp_path / "bare.yml").read_text())
+    assert bare["msg"].startswith("requests: the requests by name, or a list"), bare
 
 
 # Texts where one text rendered for every instance at once could differ from each rendered alone: a leading newline

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible.errors import AnsibleUndefinedVariable
 from ansible_collections.sglang.fleet.plugins.filter.sglang_plan import sglang_plan
 from conftest import plan_settings
 from fleet import ROOT, local_play
@@ -160,7 +161,19 @@ def test_the_module_s_options_from_the_variables_check_the_lock_s_files_for_an_s
         "model": {"sha256": {"config.json": "a" * 64}, "user": "llm", "group": "sglang", "verified_file": "/v.json",
                   "tokenizer_paths": ["/srv/tok"]},
         "group_models": ["/srv/g"],
+        "pythons": ["python3"],
     }  # fmt: skip
+    variables["sglang_venv_python"] = "/opt/py/bin/python3.12"
+    assert host_facts_options(variable, settings)["pythons"] == ["/opt/py/bin/python3.12"], "asked in the same call"
+    variables["sglang_venv_python"] = ["not", "a", "name"]
+    assert host_facts_options(variable, settings)["pythons"] == [], "not asked: the venv's preflight says so"
+
+    def facts_template(name: str, default: Any) -> Any:  # as Ansible templates one that reads the facts not yet gathered
+        if name == "sglang_venv_python":
+            raise AnsibleUndefinedVariable("'ansible_facts' is undefined")
+        return variable(name, default)
+
+    assert host_facts_options(facts_template, settings)["pythons"] == [], "not asked: the venv's preflight says so"
     sourced = {**settings, "model_sourced": True, "model_source": {"sha256": {"model.safetensors": "b" * 64}}}
     assert host_facts_options(variable, sourced)["model"]["sha256"] == {"model.safetensors": "b" * 64}
     # An sglang_model before its source is published (no control node's copy): sglang_model_sha256, as the role did.

@@ -101,6 +101,38 @@ def test_ansible_filters_tests_and_connection_are_loaded_before_a_worker_asks(pr
         assert answer["documented"] is False
 
 
+# In a fresh interpreter, as a worker templates a task's argument: how many Jinja lexers it builds (jinja2's Lexer, public),
+# with or without build_lexer first (what a worker forked after it inherits).
+WORKER_TEMPLATES = """
+import sys
+import jinja2.lexer
+from ansible.plugins.loader import init_plugin_loader
+from ansible.template import Templar, trust_as_template
+init_plugin_loader([sys.argv[2]])
+from ansible_collections.sglang.fleet.plugins.callback.prefork import build_lexer
+if sys.argv[1] == "built":
+    build_lexer()
+built = []
+made = jinja2.lexer.Lexer.__init__
+def counted(self, *args, **kwargs):
+    built.append(type(self).__name__)
+    made(self, *args, **kwargs)
+jinja2.lexer.Lexer.__init__ = counted
+assert Templar(variables={"name": "b200"}).template(trust_as_template("{{ name | upper }}")) == "B200"
+print(len(built))
+"""
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_a_worker_templates_with_the_lexer_the_controller_built(built: bool) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", WORKER_TEMPLATES, "built" if built else "-", str(ROOT / "collections")],
+        capture_output=True, text=True, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) == (0 if built else 1)
+
+
 def test_the_play_s_connections_are_those_its_hosts_and_the_play_name(tmp_path: Path) -> None:
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader

@@ -300,8 +300,9 @@ def settings_read(role: str, entry: str) -> set[str]:
     return names & set(defaults)
 
 
-# Entry points that read no setting: an argument spec would only add a task that validates nothing to every run.
-NO_ARGUMENTS = {("sglang_plan", "gate")}
+# Entry points that read no setting: an argument spec would only add a task that validates nothing to every run. The
+# probe reads only its input, the list of the roles' request variables deploy.yml gives it, which its action checks.
+NO_ARGUMENTS = {("sglang_plan", "gate"), ("sglang_plan", "probe")}
 # Entry points that only deploy.yml calls, after its role's preflight in the same play: they read the settings that
 # preflight validated and the facts it and deploy's probe published. A spec of their own would only validate them again,
 # a task on every run.

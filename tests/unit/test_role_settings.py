@@ -190,7 +190,7 @@ def test_the_venv_s_python_as_the_probe_found_it() -> None:
     assert sglang_venv_python("python3", {"python3": "2.7"}, {}, True, "Ubuntu")["installs"] is False, "not a Python 3"
 
 
-def test_a_python_the_probe_did_not_know_is_as_preflight_asked_it() -> None:
+def test_a_python_that_gave_no_version_answers_as_it_failed() -> None:
     from ansible_collections.sglang.fleet.plugins.filter.sglang_role_settings import sglang_venv_python
 
     asked = {"rc": 0, "stdout": "3.11\n", "stderr": ""}
@@ -199,6 +199,27 @@ def test_a_python_the_probe_did_not_know_is_as_preflight_asked_it() -> None:
     missing = sglang_venv_python("python9", {}, {"rc": 2, "msg": "No such file"}, True, "Ubuntu")
     assert (missing["found"], missing["installs"], missing["tag"], missing["interpreter"]) == ("", False, "311", "python9")
     assert missing["answer"]["rc"] == 2, "the failed answer reaches the checks, which name the variable"
+
+
+def test_the_venv_s_python_as_the_plan_s_gathering_asked_it() -> None:
+    """The plan's gathering asks sglang_venv_python with the usual names (module option `pythons`): its version, or
+    why it gave none (python_errors), which the venv's checks name."""
+    from ansible_collections.sglang.fleet.plugins.filter.sglang_venv import sglang_venv_problems
+    from venv_host import venv_host
+
+    facts = {"python_versions": {"python3": "3.11", "/opt/py/bin/python": "3.12"}, "glibc_version": "2.36"}
+    found = venv_host(python="/opt/py/bin/python", host_facts=facts)["python"]
+    assert (found["answer"], found["tag"]) == ({"rc": 0, "stdout": "3.12"}, "312")
+    failed = {**facts, "python_errors": {"python3.9": "not found"}}
+    missing = venv_host(python="python3.9", host_facts=failed)["python"]
+    assert missing["answer"] == {"rc": 1, "stderr": "not found"}
+    problems = sglang_venv_problems("h", "sglang", ["sglang"], "python3.9", missing["answer"], False, "2.36", "0.5.23")
+    assert len(problems) == 1 and problems[0].startswith('h host: sglang_venv_python="python3.9": does not run (not found)')
+    # Not asked: a value that reads the facts the gathering returns (it could not be known before), or no string.
+    unasked = venv_host(python="python3.12", host_facts=facts)["python"]["answer"]
+    assert unasked["rc"] == 1 and unasked["stderr"].startswith("not asked by the plan's gathering")
+    listed = venv_host(python=["python3"], host_facts=facts)["python"]["answer"]
+    assert listed == {"rc": 1, "stderr": "not a name or a path"}
 
 
 def test_the_wheelhouse_s_pins_or_the_top_level_ones(tmp_path: Any) -> None:

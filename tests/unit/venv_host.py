@@ -19,7 +19,7 @@ def settings(**overrides: Any) -> dict[str, Any]:
     return {
         "runtimes": ROLE_VARS["_sglang_venv_runtimes"], "root": DEFAULTS["sglang_venv_root"], "version": "0.5.23",
         "router_version": DEFAULTS["sglang_venv_router_version"], "python": DEFAULTS["sglang_venv_python"],
-        "python_asked": {}, "python_install": DEFAULTS["sglang_venv_python_install"], "distribution": "Debian",
+        "python_install": DEFAULTS["sglang_venv_python_install"], "distribution": "Debian",
         "os_family": "Debian", "os_packages": DEFAULTS["sglang_venv_os_packages"], "architecture": "x86_64",
         "host_facts": {"python_versions": {"python3": "3.11"}, "glibc_version": "2.36"},
         "wheelhouse_cache": "/home/me/.cache/sglang-fleet/wheelhouse", "host_wheelhouse": DEFAULTS["sglang_venv_host_wheelhouse"],
