@@ -108,14 +108,20 @@ def _version(text: str) -> tuple[int, ...]:
 
 def python_asked(python: Any, host_facts: Mapping[str, Any]) -> dict[str, Any]:
     """How `python` (sglang_venv_python) failed to answer the plan's gathering, which asked it with the usual names
-    (ansible_facts.sglang_host: python_errors), as a command's result: why it gave no version; empty where it answered."""
-    if not isinstance(python, str):
-        return {"rc": 1, "stderr": "not a name or a path"}
+    (ansible_facts.sglang_host: python_errors), as a command's result: why it gave no version (`stderr`), and the fix
+    where it is not to install a Python (`fix`); empty where it answered."""
+    if not isinstance(python, str) or not python:
+        return {"rc": 1, "stderr": "not a name or a path", "fix": "set sglang_venv_python to a Python's name on PATH or its path"}
     if python in (host_facts.get("python_versions") or {}):
         return {}
     errors: Mapping[str, str] = host_facts.get("python_errors") or {}
-    why = errors.get(python) or "not asked by the plan's gathering: a value that reads the host's facts is not known before it"
-    return {"rc": 1, "stderr": why}
+    if python in errors:
+        return {"rc": 1, "stderr": errors[python]}
+    return {
+        "rc": 1,
+        "stderr": "not asked by the plan's gathering: the value could not be templated then (it reads the host's facts?)",
+        "fix": "give sglang_venv_python a value that reads no fact of the host (host_vars, or group_vars per kind of host)",
+    }
 
 
 def sglang_venv_python(

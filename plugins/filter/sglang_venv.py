@@ -58,7 +58,7 @@ def sglang_venv_problems(
                 "sglang_venv_python",
                 python,
                 f"does not run ({why[0]})",
-                f"install Python {pythons} and point sglang_venv_python at it",
+                str(python_result.get("fix") or f"install Python {pythons} and point sglang_venv_python at it"),
             )
         )
     else:

@@ -19,10 +19,10 @@ if TYPE_CHECKING:
 
 
 def started(argv: list[str]) -> subprocess.Popen[str]:
-    """`argv` running in a session of its own (ended with whatever it starts: stop), its output piped (as text; a byte
-    that is not UTF-8 read as U+FFFD, not an error)."""
+    """`argv` running in a session of its own (ended with whatever it starts: stop), its output piped (as UTF-8 text, a
+    byte that is not read as U+FFFD, not an error)."""
     return subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8", errors="replace", start_new_session=True
     )
 
 

@@ -52,7 +52,8 @@ class PythonVersions:
         return self.found
 
     def errors(self) -> dict[str, str]:
-        """Why each of `reported` that answers() did not find gave no version (after answers())."""
+        """Why each of `reported` gave no version (reading the answers first)."""
+        self.answers()
         return {name: self.failed.get(name, "not asked") for name in self.reported if name not in self.found}
 
     def close(self) -> None:

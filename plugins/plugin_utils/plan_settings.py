@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ansible.errors import AnsibleError
+from ansible.errors import AnsibleUndefinedVariable
 from ansible_collections.sglang.fleet.plugins.filter.sglang_model import sglang_model_dir, sglang_model_name
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_checks import tokenizer_paths
 from ansible_collections.sglang.fleet.plugins.module_utils.instance_groups import group_model_paths
@@ -126,12 +126,12 @@ def host_facts_options(variable: Variable, settings: dict[str, Any]) -> dict[str
     node's copy, else sglang_model_sha256) readable as the servers' account (the server role's, with its defaults where
     the play lacks that role), the record of the verified files, the tokenizer directories and instance groups'
     model directories of the settings, and the Python the venv is built with (sglang_venv_python, the venv role's: its
-    preflight checks how it answered; a value that cannot be known before the host's facts are gathered, or that is no
-    string, is not asked, and that preflight says so)."""
+    preflight checks how it answered; a value that reads what is not set before this call, the host's facts say, or that
+    is no string, is not asked, and that preflight says so)."""
     source = settings["model_source"]
     try:
         python = variable("sglang_venv_python", "python3")
-    except AnsibleError:  # a template that reads the facts this call gathers
+    except AnsibleUndefinedVariable:  # a template that reads what is not set yet: the facts this call gathers, say
         python = None
     sha256 = source.get("sha256", {}) if settings["model_sourced"] and source else variable("sglang_model_sha256", MISSING)
     return {

@@ -253,10 +253,14 @@ def test_python_versions_are_asked_of_each_python_on_path_by_name_and_path(tmp_p
 
 def test_the_venv_s_python_is_asked_too_and_why_it_gave_no_version_is_said(tmp_path: Path, monkeypatch: Any) -> None:
     for name, body in (("python3", "echo 3.11"), ("python3.10", "echo 'python3.10: broken install' >&2; exit 1"),
-                       ("quiet", "exit 3")):  # fmt: skip
+                       ("quiet", "exit 3"), ("latin", "printf 'caf\\351 broken\\n' >&2; exit 1")):  # fmt: skip
         script = tmp_path / name
         script.write_text(f"#!/bin/sh\n{body}\n")
         script.chmod(0o755)
+    (tmp_path / "plain").write_text("#!/bin/sh\necho 3.12\n")  # not executable
+    (tmp_path / "plain").chmod(0o644)
+    (tmp_path / "no-interpreter").write_bytes(b"\x7fELF not a program\n")  # executable, but the kernel cannot run it
+    (tmp_path / "no-interpreter").chmod(0o755)
     custom = tmp_path / "opt" / "python"
     custom.parent.mkdir()
     custom.write_text("#!/bin/sh\necho 3.12\n")
@@ -267,13 +271,16 @@ def test_the_venv_s_python_is_asked_too_and_why_it_gave_no_version_is_said(tmp_p
         ("python3", {}, {}),
         ("python3.10", {}, {"python3.10": "python3.10: broken install"}),
         ("quiet", {}, {"quiet": "exit status 3"}),
+        ("latin", {}, {"latin": "caf\ufffd broken"}),
+        (str(tmp_path / "plain"), {}, {str(tmp_path / "plain"): "not executable"}),
         ("python9", {}, {"python9": "not found"}),
         (str(tmp_path / "nothing"), {}, {str(tmp_path / "nothing"): "not found"}),
     ):
         asked = pythons.PythonVersions(reported=(reported,))
-        found = asked.answers()
-        assert found == {"python3": "3.11", str(tmp_path / "python3"): "3.11", **versions}, reported
-        assert asked.errors() == errors, reported
+        assert asked.errors() == errors, reported  # the answers read first
+        assert asked.answers() == {"python3": "3.11", str(tmp_path / "python3"): "3.11", **versions}, reported
+    failed = pythons.PythonVersions(reported=(str(tmp_path / "no-interpreter"),)).errors()
+    assert failed[str(tmp_path / "no-interpreter")].startswith("[Errno 8] Exec format error"), failed
     assert pythons.PythonVersions().errors() == {}, "no error said for the usual names a host lacks"
 
 

@@ -174,6 +174,14 @@ def test_the_module_s_options_from_the_variables_check_the_lock_s_files_for_an_s
         return variable(name, default)
 
     assert host_facts_options(facts_template, settings)["pythons"] == [], "not asked: the venv's preflight says so"
+    # As the action reads it: Ansible's templar, before the facts the call gathers exist.
+    from ansible.template import Templar, trust_as_template
+    from ansible_collections.sglang.fleet.plugins.plugin_utils.host_variables import host_variable
+
+    task_vars = {**variables, "sglang_venv_python": trust_as_template("{{ ansible_facts.python.executable }}")}
+    templar = Templar(variables=task_vars)
+    options = host_facts_options(lambda name, default: host_variable(templar, task_vars, name, default), settings)
+    assert options["pythons"] == [] and options["gather_subset"] == ["min"]
     sourced = {**settings, "model_sourced": True, "model_source": {"sha256": {"model.safetensors": "b" * 64}}}
     assert host_facts_options(variable, sourced)["model"]["sha256"] == {"model.safetensors": "b" * 64}
     # An sglang_model before its source is published (no control node's copy): sglang_model_sha256, as the role did.

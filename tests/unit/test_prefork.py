@@ -102,16 +102,17 @@ def test_ansible_filters_tests_and_connection_are_loaded_before_a_worker_asks(pr
 
 
 # In a fresh interpreter, as a worker templates a task's argument: how many Jinja lexers it builds (jinja2's Lexer, public),
-# with or without build_lexer first (what a worker forked after it inherits).
+# with or without the callback's play start first (what a worker forked after it inherits).
 WORKER_TEMPLATES = """
 import sys
 import jinja2.lexer
 from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 init_plugin_loader([sys.argv[2]])
-from ansible_collections.sglang.fleet.plugins.callback.prefork import build_lexer
-if sys.argv[1] == "built":
-    build_lexer()
+from types import SimpleNamespace
+from ansible_collections.sglang.fleet.plugins.callback.prefork import CallbackModule
+if sys.argv[1] == "built":  # as the play starts (a play without hosts' variables: its connections are only warned of)
+    CallbackModule().v2_playbook_on_play_start(SimpleNamespace(connection="local", get_variable_manager=lambda: None))
 built = []
 made = jinja2.lexer.Lexer.__init__
 def counted(self, *args, **kwargs):

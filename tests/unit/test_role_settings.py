@@ -218,8 +218,12 @@ def test_the_venv_s_python_as_the_plan_s_gathering_asked_it() -> None:
     # Not asked: a value that reads the facts the gathering returns (it could not be known before), or no string.
     unasked = venv_host(python="python3.12", host_facts=facts)["python"]["answer"]
     assert unasked["rc"] == 1 and unasked["stderr"].startswith("not asked by the plan's gathering")
-    listed = venv_host(python=["python3"], host_facts=facts)["python"]["answer"]
-    assert listed == {"rc": 1, "stderr": "not a name or a path"}
+    problems = sglang_venv_problems("h", "sglang", ["sglang"], "python3.12", unasked, False, "2.36", "0.5.23")
+    assert problems[0].endswith("fix: give sglang_venv_python a value that reads no fact of the host (host_vars, or group_vars"
+                                " per kind of host)"), problems
+    for odd in (["python3"], ""):
+        answer = venv_host(python=odd, host_facts=facts)["python"]["answer"]
+        assert (answer["rc"], answer["stderr"]) == (1, "not a name or a path"), odd
 
 
 def test_the_wheelhouse_s_pins_or_the_top_level_ones(tmp_path: Any) -> None:
