@@ -22,8 +22,7 @@ options:
       - Where its C(model) names no C(path), the action adds the served model directory (the settings' C(model_path))
         and, for an C(sglang_model), its C(current) link beside it.
       - By default from the host's variables (role sglang_plan's, the server role's and the venv role's, in Python - each
-        read once) -
-        C(nvidia_smi) (C(sglang_plan_nvidia_smi)), C(gather_subset) (C(sglang_plan_gather_subset)), the C(model)'s
+        read once) - C(nvidia_smi) (C(sglang_plan_nvidia_smi)), C(gather_subset) (C(sglang_plan_gather_subset)), the C(model)'s
         files checked by their SHA-256 (the lock file's for an C(sglang_model), else C(sglang_model_sha256)) as the
         servers' account (C(sglang_server_user), C(sglang_server_group)), C(verified_file)
         (C(sglang_plan_verified_file)), C(tokenizer_paths) (the servers' C(--tokenizer-path) directories) and
